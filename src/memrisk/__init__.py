@@ -1,0 +1,35 @@
+"""memrisk: measure how much of a language model's training data can be extracted from it."""
+
+from memrisk.decoding import DecodingPolicy
+from memrisk.errors import MemriskError
+from memrisk.extraction.discoverable import (
+    RateTable,
+    is_extractable,
+    log_n_required,
+    n_required,
+    p_reached,
+    rate_table,
+)
+from memrisk.extraction.greedy import GreedyResult, greedy_extraction
+from memrisk.extraction.probabilistic import VerbatimScores, verbatim_logprob, verbatim_scores
+from memrisk.models.backend import LanguageModel, load_model
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DecodingPolicy",
+    "GreedyResult",
+    "LanguageModel",
+    "MemriskError",
+    "RateTable",
+    "VerbatimScores",
+    "greedy_extraction",
+    "is_extractable",
+    "load_model",
+    "log_n_required",
+    "n_required",
+    "p_reached",
+    "rate_table",
+    "verbatim_logprob",
+    "verbatim_scores",
+]

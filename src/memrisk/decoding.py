@@ -1,0 +1,99 @@
+"""Decoding policies: the one implementation of temperature, top-k and top-p.
+
+Both scoring (log-probability of a given token) and sampling go through
+`DecodingPolicy.log_probs`, so the distribution that is scored is exactly the one
+that is sampled. Order follows Hugging Face generation: temperature, then top-k,
+then top-p, then renormalisation. All maths is in float32 log space; tokens outside
+the kept set get log-probability -inf, never NaN.
+
+Tie rule: when several logits tie at the k-th largest value (top-k) or at the nucleus
+boundary (top-p), the tokens with the lower token id are kept first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from memrisk.errors import MemriskError
+
+
+@dataclass(frozen=True)
+class DecodingPolicy:
+    """A decoding policy φ: temperature β, then top-k, then top-p (nucleus)."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature <= 0:
+            raise MemriskError(f"temperature must be a finite number > 0, got {self.temperature!r}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
+            raise MemriskError(f"top_k must be an integer >= 1 (or None), got {self.top_k!r}")
+        if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0.0 < self.top_p <= 1.0):
+            raise MemriskError(f"top_p must be in (0, 1] (or None), got {self.top_p!r}")
+
+    @classmethod
+    def greedy(cls) -> DecodingPolicy:
+        """Greedy decoding: top-k with k = 1 (temperature is immaterial)."""
+        return cls(temperature=1.0, top_k=1)
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when the policy keeps exactly one token per step."""
+        return self.top_k == 1
+
+    @property
+    def name(self) -> str:
+        """A short stable name, e.g. 'topk40' or 'temp0.7-topp0.9'; 'full' for plain sampling."""
+        if self.is_greedy:
+            return "greedy"
+        parts = []
+        if self.temperature != 1.0:
+            parts.append(f"temp{self.temperature:g}")
+        if self.top_k is not None:
+            parts.append(f"topk{self.top_k}")
+        if self.top_p is not None and self.top_p < 1.0:
+            parts.append(f"topp{self.top_p:g}")
+        return "-".join(parts) or "full"
+
+    def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Policy log-probabilities over the last axis (float32; -inf outside the kept set)."""
+        scaled = logits.float()
+        if not self.is_greedy and self.temperature != 1.0:
+            scaled = scaled / self.temperature
+        if self.top_k is not None and self.top_k < scaled.shape[-1]:
+            scaled = scaled.masked_fill(~top_k_mask(scaled, self.top_k), float("-inf"))
+        log_p = torch.log_softmax(scaled, dim=-1)
+        if self.top_p is not None and self.top_p < 1.0 and not self.is_greedy:
+            log_p = torch.log_softmax(log_p.masked_fill(~top_p_mask(log_p, self.top_p), float("-inf")), dim=-1)
+        return log_p
+
+    def sample(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Draw one token id per row of `logits` ([..., V] -> [...]) from the policy."""
+        probs = self.log_probs(logits).exp()
+        flat = probs.reshape(-1, probs.shape[-1])
+        drawn = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
+        return drawn.reshape(probs.shape[:-1])
+
+
+def top_k_mask(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Boolean mask of exactly the k largest logits per row; ties at the k-th value go to lower ids."""
+    kth_value = torch.topk(logits, k, dim=-1).values[..., -1:]
+    above = logits > kth_value
+    at = logits == kth_value
+    still_needed = k - above.sum(dim=-1, keepdim=True)
+    return above | (at & (torch.cumsum(at.int(), dim=-1) <= still_needed))
+
+
+def top_p_mask(log_p: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Boolean mask of the nucleus: the smallest probability-sorted prefix with mass >= top_p."""
+    sorted_log_p, order = torch.sort(log_p, dim=-1, descending=True, stable=True)
+    sorted_p = sorted_log_p.exp()
+    mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+    keep_sorted = (mass_before < top_p) & (sorted_p > 0)
+    keep_sorted[..., 0] = True
+    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)

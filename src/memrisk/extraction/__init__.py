@@ -1,0 +1,1 @@
+"""Extraction methods: greedy, probabilistic (teacher forcing) and the (n,p) maths."""

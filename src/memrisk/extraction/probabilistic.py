@@ -1,0 +1,91 @@
+"""Probabilistic (verbatim) extraction: log p_z of a suffix given its prefix, by teacher forcing.
+
+One forward pass over prefix ‖ suffix gives the logits at the T suffix positions; every
+decoding policy is scored from those same logits (SPEC §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from memrisk.decoding import DecodingPolicy
+from memrisk.extraction.inputs import as_model, as_policies, batch_slices, padded, prefix_suffix_pairs
+
+
+@dataclass(frozen=True)
+class VerbatimScores:
+    """Teacher-forced scores of n suffixes under P policies.
+
+    `log_p[i, j]` is log p_z of example i under policy j (−inf when a target token falls
+    outside the policy's kept set). `token_log_probs[i, j, t]` are the per-step terms and
+    `ranks[i, t]` the 1-based rank of target token t among the raw logits (ties go to the
+    lower token id); both are 0 past the end of a shorter suffix.
+    """
+
+    policies: tuple[DecodingPolicy, ...]
+    log_p: np.ndarray
+    token_log_probs: np.ndarray
+    ranks: np.ndarray
+    suffix_lengths: np.ndarray
+
+    @property
+    def argmax_match(self) -> np.ndarray:
+        """Per example: is every target token the argmax (the teacher-forced greedy check)?"""
+        return (self.ranks <= 1).all(axis=1)
+
+
+def target_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """1-based rank of each target among the logits ([..., V], [...] -> [...]); ties to lower ids."""
+    target_logit = logits.gather(-1, targets.unsqueeze(-1))
+    higher = (logits > target_logit).sum(-1)
+    ids = torch.arange(logits.shape[-1], device=logits.device)
+    tied_lower = ((logits == target_logit) & (ids < targets.unsqueeze(-1))).sum(-1)
+    return higher + tied_lower + 1
+
+
+def verbatim_scores(
+    model: Any,
+    prefixes: Any,
+    suffixes: Any,
+    policies: DecodingPolicy | Sequence[DecodingPolicy],
+    *,
+    progress: bool = False,
+) -> VerbatimScores:
+    """Score every suffix under every policy from one teacher-forced pass per batch."""
+    lm = as_model(model)
+    prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
+    policies = as_policies(policies)
+    n, max_t = len(suffix_ids), max(len(s) for s in suffix_ids)
+    lengths = np.array([len(s) for s in suffix_ids], dtype=np.int64)
+    token_log_probs = np.zeros((n, len(policies), max_t), dtype=np.float32)
+    ranks = np.zeros((n, max_t), dtype=np.int64)
+    bar = tqdm(total=n, desc="teacher forcing", unit="seq", disable=not progress)
+    for rows in batch_slices(n, lm.batch_size):
+        logits = lm.suffix_logits(prefix_ids[rows], suffix_ids[rows])
+        width = logits.shape[1]
+        targets = padded(suffix_ids[rows], width, logits.device)
+        valid = torch.arange(width, device=logits.device) < torch.as_tensor(lengths[rows], device=logits.device)[:, None]
+        ranks[rows, :width] = (target_ranks(logits, targets) * valid).cpu().numpy()
+        for j, policy in enumerate(policies):
+            step = policy.log_probs(logits).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            token_log_probs[rows, j, :width] = step.masked_fill(~valid, 0.0).cpu().numpy()
+        bar.update(rows.stop - rows.start)
+    bar.close()
+    log_p = token_log_probs.astype(np.float64).sum(axis=2)
+    return VerbatimScores(policies, log_p, token_log_probs, ranks, lengths)
+
+
+def verbatim_logprob(
+    model: Any,
+    prefixes: Any,
+    suffixes: Any,
+    policies: DecodingPolicy | Sequence[DecodingPolicy],
+) -> np.ndarray:
+    """log p_z as an array [n_examples, n_policies] (−inf where a policy cannot emit the suffix)."""
+    return verbatim_scores(model, prefixes, suffixes, policies).log_p

