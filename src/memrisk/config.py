@@ -1,0 +1,146 @@
+"""Experiment configuration (the YAML that `memrisk run` takes), validated with pydantic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from memrisk.decoding import DecodingPolicy
+from memrisk.errors import MemriskError
+
+METHODS = ("probabilistic", "greedy")
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors, so a typo never passes silently."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """Which model to load and how."""
+
+    name: str
+    revision: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: str = "auto"
+    gguf_file: str | None = None
+    batch_size: int = Field(8, ge=1)
+
+
+class DatasetConfig(_Strict):
+    """A named set of documents: a file, or inline texts; role 'control' marks a negative control."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.+-]+$")
+    path: str | None = None
+    documents: list[str] | None = None
+    format: Literal["auto", "txt", "jsonl", "parquet"] = "auto"
+    text_field: str = "text"
+    id_field: str | None = None
+    role: Literal["target", "control"] = "target"
+    limit: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetConfig:
+        if (self.path is None) == (self.documents is None):
+            raise ValueError(f"dataset {self.name!r} needs exactly one of 'path' or 'documents'")
+        return self
+
+
+class WindowConfig(_Strict):
+    """How documents are cut into prefix ‖ suffix examples (SPEC §1)."""
+
+    mode: Literal["doc", "book"] = "doc"
+    prefix_length: int = Field(50, ge=0)
+    suffix_length: int = Field(50, ge=1)
+    stride: int = Field(20, ge=1)
+
+
+class PolicyConfig(_Strict):
+    """One decoding policy; `name` defaults to the policy's own short name."""
+
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+-]+$")
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def policy(self) -> DecodingPolicy:
+        """The DecodingPolicy this entry describes (validated there)."""
+        return DecodingPolicy(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    @property
+    def label(self) -> str:
+        """Column label of this policy in records."""
+        return self.name or self.policy().name
+
+
+class ExperimentConfig(_Strict):
+    """A whole experiment: model, data, windows, decoding policies and methods."""
+
+    model: ModelConfig
+    datasets: list[DatasetConfig] = Field(min_length=1)
+    windows: WindowConfig = WindowConfig()
+    policies: list[PolicyConfig] = Field(default_factory=lambda: [PolicyConfig(top_k=40)], min_length=1)
+    methods: list[Literal["probabilistic", "greedy"]] = Field(default_factory=lambda: list(METHODS), min_length=1)
+    tau_min: float = Field(1e-3, gt=0.0, le=1.0)
+    shard_size: int = Field(64, ge=1)
+
+    @field_validator("policies")
+    @classmethod
+    def _valid_policies(cls, policies: list[PolicyConfig]) -> list[PolicyConfig]:
+        for entry in policies:
+            try:
+                entry.policy()
+            except MemriskError as exc:
+                raise ValueError(str(exc)) from exc
+        labels = [p.label for p in policies]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"policy names must be unique, got {labels}")
+        return policies
+
+    @field_validator("datasets")
+    @classmethod
+    def _unique_datasets(cls, datasets: list[DatasetConfig]) -> list[DatasetConfig]:
+        names = [d.name for d in datasets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"dataset names must be unique, got {names}")
+        return datasets
+
+    def identity(self) -> dict[str, Any]:
+        """The settings that change results (batch size and shard size do not)."""
+        data = self.model_dump(mode="json")
+        data["model"].pop("batch_size")
+        data.pop("shard_size")
+        return data
+
+
+def parse_config(data: Any, base_dir: Path | None = None) -> ExperimentConfig:
+    """Validate a config mapping; relative dataset paths are resolved against `base_dir`."""
+    try:
+        config = ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+        raise MemriskError(f"invalid config: {problems}") from None
+    if base_dir is None:
+        return config
+    datasets = [
+        d.model_copy(update={"path": str((base_dir / d.path).resolve())}) if d.path else d for d in config.datasets
+    ]
+    return config.model_copy(update={"datasets": datasets})
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate a YAML experiment file."""
+    path = Path(path)
+    if not path.is_file():
+        raise MemriskError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise MemriskError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise MemriskError(f"{path} must hold a mapping of settings (model, datasets, ...)")
+    return parse_config(data, path.parent)

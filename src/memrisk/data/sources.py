@@ -1,0 +1,98 @@
+"""Reading documents from plain text, JSONL and Parquet files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from memrisk.errors import MemriskError
+
+FORMATS = ("txt", "jsonl", "parquet")
+
+
+@dataclass(frozen=True)
+class Document:
+    """One text with a stable identifier."""
+
+    doc_id: str
+    text: str
+
+
+def detect_format(path: Path) -> str:
+    """File format from the extension: .txt/.md → txt, .jsonl/.json → jsonl, .parquet → parquet."""
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        return "jsonl"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    return "txt"
+
+
+def read_documents(
+    path: str | Path,
+    format: str = "auto",
+    text_field: str = "text",
+    id_field: str | None = None,
+) -> list[Document]:
+    """Documents of a file: a .txt file is one document; JSONL and Parquet give one per row."""
+    path = Path(path)
+    if not path.is_file():
+        raise MemriskError(f"data file not found: {path}")
+    fmt = detect_format(path) if format == "auto" else format
+    if fmt not in FORMATS:
+        raise MemriskError(f"unknown data format {format!r}; use one of auto, {', '.join(FORMATS)}")
+    if fmt == "parquet":
+        documents = _read_parquet(path, text_field, id_field)
+    else:
+        text = _read_utf8(path)
+        documents = [Document(path.stem, text)] if fmt == "txt" else _parse_jsonl(path, text, text_field, id_field)
+    documents = [d for d in documents if d.text.strip()]
+    if not documents:
+        raise MemriskError(f"{path} contains no text")
+    return documents
+
+
+def _read_utf8(path: Path) -> str:
+    """The file's text, with a clear error for bytes that are not UTF-8."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MemriskError(f"{path} is not valid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})") from exc
+
+
+def _parse_jsonl(path: Path, text: str, text_field: str, id_field: str | None) -> list[Document]:
+    """One document per non-empty JSON line, text from `text_field`."""
+    documents = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise MemriskError(f"{path}:{number} is not valid JSON: {exc.msg}") from exc
+        if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
+            raise MemriskError(f"{path}:{number} has no string field {text_field!r}")
+        doc_id = str(row[id_field]) if id_field and id_field in row else f"{path.stem}:{number}"
+        documents.append(Document(doc_id, row[text_field]))
+    return documents
+
+
+def _read_parquet(path: Path, text_field: str, id_field: str | None) -> list[Document]:
+    """One document per row of a Parquet file's `text_field` column."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise MemriskError(f"{path} is not a readable Parquet file: {exc}") from exc
+    if text_field not in table.column_names:
+        raise MemriskError(f"{path} has no column {text_field!r} (columns: {', '.join(table.column_names)})")
+    texts = table.column(text_field).to_pylist()
+    ids = table.column(id_field).to_pylist() if id_field and id_field in table.column_names else None
+    return [
+        Document(str(ids[i]) if ids else f"{path.stem}:{i}", t)
+        for i, t in enumerate(texts)
+        if isinstance(t, str)
+    ]

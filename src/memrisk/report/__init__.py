@@ -1,0 +1,1 @@
+"""Aggregates and reports built from stored records."""

@@ -1,0 +1,177 @@
+"""Running an experiment config end to end: windows → methods → records → summary."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+import memrisk
+from memrisk.config import ExperimentConfig, parse_config
+from memrisk.data.sources import Document, read_documents
+from memrisk.data.windows import Window, WindowSet, make_windows
+from memrisk.extraction.greedy import greedy_extraction
+from memrisk.extraction.probabilistic import verbatim_scores
+from memrisk.models.backend import LanguageModel, load_model
+from memrisk.report.summary import summarize
+from memrisk.store import CONFIG, RecordStore
+
+SUMMARY = "summary.json"
+WINDOWS = "windows.json"
+
+
+@dataclass(frozen=True)
+class Example:
+    """A window tagged with the dataset and role it came from."""
+
+    dataset: str
+    role: str
+    window: Window
+
+    @property
+    def example_id(self) -> str:
+        """Identifier unique across the run's datasets."""
+        return f"{self.dataset}/{self.window.example_id}"
+
+
+def load_documents(config: ExperimentConfig) -> dict[str, list[Document]]:
+    """Documents of every dataset in the config (inline or from files)."""
+    out = {}
+    for dataset in config.datasets:
+        if dataset.documents is not None:
+            docs = [Document(f"{dataset.name}:{i}", text) for i, text in enumerate(dataset.documents)]
+        else:
+            docs = read_documents(dataset.path, dataset.format, dataset.text_field, dataset.id_field)
+        out[dataset.name] = docs[: dataset.limit] if dataset.limit else docs
+    return out
+
+
+def build_examples(config: ExperimentConfig, lm: LanguageModel) -> tuple[list[Example], dict[str, Any]]:
+    """All examples of the run and, per dataset, what windowing skipped or de-duplicated."""
+    documents = load_documents(config)
+    examples, info = [], {}
+    for dataset in config.datasets:
+        windows: WindowSet = make_windows(lm, documents[dataset.name], **config.windows.model_dump())
+        examples += [Example(dataset.name, dataset.role, w) for w in windows.windows]
+        info[dataset.name] = {
+            "role": dataset.role,
+            "documents": windows.documents,
+            "windows": len(windows.windows),
+            "skipped_short_documents": len(windows.skipped_short),
+            "duplicate_windows_removed": windows.duplicates_removed,
+        }
+    return examples, info
+
+
+def versions(lm: LanguageModel) -> dict[str, Any]:
+    """Software and model provenance saved next to the records."""
+    import torch
+    import transformers
+
+    return {
+        "memrisk": memrisk.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "model": lm.describe(),
+    }
+
+
+def score_examples(config: ExperimentConfig, lm: LanguageModel, examples: Sequence[Example]) -> list[dict[str, Any]]:
+    """Run the configured methods on a batch of examples and return one record per example."""
+    prefixes = [list(e.window.prefix_ids) for e in examples]
+    suffixes = [list(e.window.suffix_ids) for e in examples]
+    labels = [p.label for p in config.policies]
+    scores = verbatim_scores(lm, prefixes, suffixes, [p.policy() for p in config.policies])
+    greedy = (
+        greedy_extraction(lm, prefixes, suffixes, teacher_forced_exact=scores.argmax_match)
+        if "greedy" in config.methods
+        else None
+    )
+    records = []
+    for i, example in enumerate(examples):
+        w = example.window
+        record: dict[str, Any] = {
+            "example_id": example.example_id,
+            "dataset": example.dataset,
+            "role": example.role,
+            "doc_id": w.doc_id,
+            "char_start": w.char_start,
+            "suffix_char_start": w.suffix_char_start,
+            "char_end": w.char_end,
+            "prefix_ids": list(w.prefix_ids),
+            "suffix_ids": list(w.suffix_ids),
+            "prefix_text": lm.decode(w.prefix_ids),
+            "suffix_text": lm.decode(w.suffix_ids),
+            "target_ranks": scores.ranks[i].tolist(),
+            "teacher_forced_greedy": bool(scores.argmax_match[i]),
+        }
+        if "probabilistic" in config.methods:
+            for j, label in enumerate(labels):
+                record[f"log_p.{label}"] = float(scores.log_p[i, j])
+                record[f"token_log_p.{label}"] = scores.token_log_probs[i, j].tolist()
+        if greedy is not None:
+            g = greedy[i]
+            record |= {
+                "greedy_ids": g.continuation,
+                "greedy_text": lm.decode(g.continuation),
+                "greedy_exact": g.exact,
+                "greedy_hamming": g.hamming,
+                "greedy_levenshtein": g.levenshtein,
+            }
+        records.append(record)
+    return records
+
+
+def chunks(items: Sequence[Example], size: int) -> Iterator[Sequence[Example]]:
+    """Consecutive chunks of at most `size` items."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def run_experiment(
+    config: ExperimentConfig,
+    out_dir: str | Path,
+    *,
+    model: LanguageModel | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run (or resume) an experiment into `out_dir` and return its summary.
+
+    Everything that can fail on bad input (model, data, windows) is checked before the
+    first file is written.
+    """
+    m = config.model
+    lm = model or load_model(
+        m.name, revision=m.revision, dtype=m.dtype, device=m.device, gguf_file=m.gguf_file, batch_size=m.batch_size
+    )
+    examples, window_info = build_examples(config, lm)
+    store = RecordStore.open(out_dir, config.model_dump(mode="json"), config.identity(), force=force)
+    store.write_json("versions.json", versions(lm))
+    store.write_json(WINDOWS, window_info)
+    done = store.done_ids
+    todo = [e for e in examples if e.example_id not in done]
+    bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="examples", unit="ex", disable=not progress)
+    for chunk in chunks(todo, config.shard_size):
+        store.append(score_examples(config, lm, chunk))
+        bar.update(len(chunk))
+    bar.close()
+    summary = summarize(store.read_records(), config, window_info)
+    store.write_json(SUMMARY, summary)
+    return summary
+
+
+def rebuild_summary(out_dir: Path) -> dict[str, Any]:
+    """Recompute `summary.json` of a run folder from its stored records (no model needed)."""
+    store = RecordStore.existing(out_dir)
+    config = parse_config(store.read_yaml(CONFIG))
+    summary = summarize(store.read_records(), config, store.read_json(WINDOWS))
+    store.write_json(SUMMARY, summary)
+    return summary
+

@@ -1,0 +1,167 @@
+"""The record store: the only writer of files.
+
+A run directory holds Parquet shards under `records/`, a `manifest.json` that lists the
+committed shards, the resolved `config.yaml`, `versions.json` and the aggregates. Every
+file is written to a temporary name and renamed into place, and a shard counts only once
+the manifest names it, so a killed run resumes without lost or duplicated records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from memrisk.errors import MemriskError
+
+MANIFEST = "manifest.json"
+CONFIG = "config.yaml"
+RECORDS = "records"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def config_fingerprint(config: Mapping[str, Any]) -> str:
+    """SHA-256 of a config's canonical JSON form."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class RecordStore:
+    """Append-only Parquet records of one run directory, with resume."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+        self.root = root
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, root: str | Path, config: Mapping[str, Any], identity: Mapping[str, Any], *, force: bool = False) -> RecordStore:
+        """Open or create a run directory; refuse to resume under a different config unless forced.
+
+        `identity` is the part of the config that changes results (its fingerprint is
+        compared on resume); `config` is saved in full. `force` starts the run afresh.
+        """
+        root = Path(root)
+        fingerprint = config_fingerprint(identity)
+        manifest_path = root / MANIFEST
+        if manifest_path.exists() and not force:
+            manifest = json.loads(manifest_path.read_text())
+            if manifest.get("config_fingerprint") != fingerprint:
+                raise MemriskError(
+                    f"{root} holds a run with a different configuration; use another --out folder, "
+                    "or --force to discard its records and start again"
+                )
+            store = cls(root, manifest)
+            store._remove_uncommitted_shards()
+            return store
+        if force:
+            for stale in [manifest_path, *(root / RECORDS).glob("*.parquet")]:
+                stale.unlink(missing_ok=True)
+        store = cls(root, {"config_fingerprint": fingerprint, "shards": [], "rows": 0})
+        store.write_text(CONFIG, yaml.safe_dump(dict(config), sort_keys=False, allow_unicode=True))
+        store._save_manifest()
+        return store
+
+    @classmethod
+    def existing(cls, root: str | Path) -> RecordStore:
+        """Open a finished or interrupted run directory for reading."""
+        root = Path(root)
+        if not (root / MANIFEST).is_file():
+            raise MemriskError(f"{root} is not a memrisk run folder (no {MANIFEST})")
+        return cls(root, json.loads((root / MANIFEST).read_text()))
+
+    def read_json(self, name: str) -> Any:
+        """A JSON file of the run directory."""
+        return json.loads((self.root / name).read_text(encoding="utf-8"))
+
+    def read_yaml(self, name: str) -> Any:
+        """A YAML file of the run directory."""
+        return yaml.safe_load((self.root / name).read_text(encoding="utf-8"))
+
+    @property
+    def done_ids(self) -> set[str]:
+        """Example ids already committed to the store."""
+        ids: set[str] = set()
+        for shard in self.manifest["shards"]:
+            ids.update(pq.read_table(self.root / RECORDS / shard, columns=["example_id"]).column(0).to_pylist())
+        return ids
+
+    def append(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Commit one shard of records (a no-op for no rows)."""
+        if not rows:
+            return
+        table = pa.Table.from_pylist(list(rows))
+        name = f"part-{len(self.manifest['shards']):05d}.parquet"
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        atomic_write_bytes(self.root / RECORDS / name, sink.getvalue().to_pybytes())
+        self.manifest["shards"].append(name)
+        self.manifest["rows"] += table.num_rows
+        self._save_manifest()
+
+    def read_records(self) -> pa.Table:
+        """All committed records as one table (empty table when there are none)."""
+        tables = [pq.read_table(self.root / RECORDS / shard) for shard in self.manifest["shards"]]
+        return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
+
+    def write_text(self, name: str, text: str) -> Path:
+        """Atomically write a text file inside the run directory."""
+        return self.write_bytes(name, text.encode("utf-8"))
+
+    def write_json(self, name: str, data: Any) -> Path:
+        """Atomically write JSON (non-finite floats as strings 'inf'/'-inf'/'nan')."""
+        return self.write_text(name, json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
+
+    def write_bytes(self, name: str, data: bytes) -> Path:
+        """Atomically write a binary file inside the run directory."""
+        path = self.root / name
+        atomic_write_bytes(path, data)
+        return path
+
+    def _save_manifest(self) -> None:
+        """Write the manifest last: it is what makes a shard count."""
+        self.write_json(MANIFEST, self.manifest)
+
+    def _remove_uncommitted_shards(self) -> None:
+        """Delete shards a killed run wrote but never listed in the manifest."""
+        committed = set(self.manifest["shards"])
+        leftovers = [*self.root.glob(".*.tmp"), *(self.root / RECORDS).glob(".*.tmp")]
+        for path in [*leftovers, *(self.root / RECORDS).glob("*.parquet")]:
+            if path.name not in committed:
+                path.unlink()
+
+
+def _json_safe(value: Any) -> Any:
+    """Replace non-finite floats (invalid JSON) by their names, recursively."""
+    if isinstance(value, float) and not (value == value and abs(value) != float("inf")):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        return _json_safe(value.item())
+    return value

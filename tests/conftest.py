@@ -1,0 +1,48 @@
+"""Shared fixtures: tiny seeded random models and a word-level tokenizer, built in memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+import memrisk
+
+
+def tiny_gpt2(vocab_size: int = 8, seed: int = 0, n_positions: int = 64) -> GPT2LMHeadModel:
+    """A randomly initialised 2-layer GPT-2 with a small vocabulary (exact enumeration is cheap)."""
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=vocab_size, n_positions=n_positions, n_embd=16, n_layer=2, n_head=2,
+        bos_token_id=None, eos_token_id=None, initializer_range=0.5,
+    )
+    return GPT2LMHeadModel(config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> GPT2LMHeadModel:
+    """Vocabulary 8, seed 0."""
+    return tiny_gpt2()
+
+
+WORDS = (
+    "the quick brown fox jumps over lazy dog and cat sat on mat while bird sang in tree "
+    "a river ran past old mill where children played every summer day until night fell . ,"
+).split()
+
+
+def word_tokenizer() -> PreTrainedTokenizerFast:
+    """A whitespace word-level tokenizer over WORDS (offsets available, no BOS)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(WORDS))}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+
+
+@pytest.fixture(scope="session")
+def word_model() -> memrisk.LanguageModel:
+    """A tiny random GPT-2 over the word tokenizer's vocabulary, wrapped with its tokenizer."""
+    tokenizer = word_tokenizer()
+    return memrisk.load_model(tiny_gpt2(vocab_size=len(tokenizer), seed=1, n_positions=256), tokenizer)

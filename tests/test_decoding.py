@@ -1,0 +1,126 @@
+"""DecodingPolicy: scored distributions, tie rules, edge cases, and sampling matching scoring."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+from memrisk import DecodingPolicy, MemriskError
+
+
+def reference_log_probs(logits: list[float], policy: DecodingPolicy) -> list[float]:
+    """Policy log-probs by plain Python sorting, written independently of memrisk.decoding."""
+    v = len(logits)
+    beta = 1.0 if policy.top_k == 1 else policy.temperature
+    scaled = [x / beta for x in logits]
+    order = sorted(range(v), key=lambda i: (-scaled[i], i))
+    kept = order[: policy.top_k] if policy.top_k else order
+    top = max(scaled[i] for i in kept)
+    z = sum(math.exp(scaled[i] - top) for i in kept)
+    probs = {i: math.exp(scaled[i] - top) / z for i in kept}
+    if policy.top_p is not None and policy.top_k != 1:
+        nucleus, mass = [], 0.0
+        for i in sorted(kept, key=lambda i: (-probs[i], i)):
+            if mass >= policy.top_p:
+                break
+            nucleus.append(i)
+            mass += probs[i]
+        probs = {i: probs[i] / mass for i in nucleus}
+    return [math.log(probs[i]) if i in probs else -math.inf for i in range(v)]
+
+
+policies = st.builds(
+    DecodingPolicy,
+    temperature=st.sampled_from([0.5, 1.0, 1.7]),
+    top_k=st.one_of(st.none(), st.integers(1, 12)),
+    top_p=st.one_of(st.none(), st.sampled_from([0.3, 0.75, 0.9, 1.0])),
+)
+logit_rows = st.lists(st.integers(-6, 6), min_size=2, max_size=10).map(lambda xs: [x / 2 for x in xs])
+
+
+@settings(max_examples=300, deadline=None)
+@given(logit_rows, policies)
+def test_log_probs_match_independent_reference(logits: list[float], policy: DecodingPolicy) -> None:
+    got = policy.log_probs(torch.tensor([logits])).squeeze(0).double().numpy()
+    want = np.array(reference_log_probs(logits, policy))
+    assert np.array_equal(np.isneginf(got), np.isneginf(want)), (got, want)
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], atol=1e-5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(logit_rows, policies)
+def test_scored_distribution_sums_to_one_over_kept_set(logits: list[float], policy: DecodingPolicy) -> None:
+    log_p = policy.log_probs(torch.tensor([logits]))
+    assert not torch.isnan(log_p).any()
+    assert log_p.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
+    kept = torch.isfinite(log_p).sum().item()
+    if policy.top_k is not None:
+        assert kept <= policy.top_k
+        if policy.top_p is None:
+            assert kept == min(policy.top_k, len(logits))
+
+
+def test_top_k_tie_keeps_lower_token_ids() -> None:
+    logits = torch.tensor([[1.0, 3.0, 2.0, 2.0, 2.0, 0.0]])
+    kept = torch.isfinite(DecodingPolicy(top_k=3).log_probs(logits))[0].tolist()
+    assert kept == [False, True, True, True, False, False]
+
+
+def test_top_k_at_least_vocabulary_is_full_softmax() -> None:
+    logits = torch.randn(3, 7)
+    for k in (7, 8, 1000):
+        torch.testing.assert_close(DecodingPolicy(top_k=k).log_probs(logits), torch.log_softmax(logits, -1))
+
+
+def test_top_p_keeps_smallest_prefix_reaching_mass() -> None:
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    log_p = DecodingPolicy(top_p=0.8).log_probs(probs.log())
+    assert torch.isfinite(log_p).tolist() == [[True, True, False, False]]
+    torch.testing.assert_close(log_p.exp(), torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    assert torch.isfinite(DecodingPolicy(top_p=0.81).log_probs(probs.log())).sum() == 3
+
+
+def test_greedy_keeps_argmax_and_ignores_temperature() -> None:
+    logits = torch.tensor([[0.1, 2.0, 2.0, -1.0]])
+    greedy = DecodingPolicy(temperature=0.01, top_k=1).log_probs(logits)
+    assert greedy.tolist() == [[-math.inf, 0.0, -math.inf, -math.inf]]
+    assert DecodingPolicy.greedy().name == "greedy"
+
+
+def test_target_outside_kept_set_is_minus_inf_not_nan() -> None:
+    logits = torch.tensor([[5.0, 4.0, -math.inf, 1.0]])
+    log_p = DecodingPolicy(top_k=2).log_probs(logits)
+    assert log_p[0, 3] == -math.inf and log_p[0, 2] == -math.inf
+    assert not torch.isnan(log_p).any()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"top_k": 0}, {"top_k": -3}, {"top_p": 0.0}, {"top_p": 1.5}, {"temperature": 0.0}, {"temperature": -1.0},
+     {"temperature": float("nan")}],
+)
+def test_invalid_policies_are_rejected(kwargs: dict) -> None:
+    with pytest.raises(MemriskError):
+        DecodingPolicy(**kwargs)
+
+
+@pytest.mark.parametrize("policy", [DecodingPolicy(), DecodingPolicy(temperature=0.7, top_k=4), DecodingPolicy(top_k=6, top_p=0.8)])
+def test_sampling_frequencies_match_scored_probabilities(tiny_model, policy: DecodingPolicy) -> None:
+    with torch.no_grad():
+        logits = tiny_model(torch.tensor([[1, 2, 3]])).logits[0, -1]
+    expected = policy.log_probs(logits).exp().double()
+    generator = torch.Generator().manual_seed(1234)
+    draws = policy.sample(logits.expand(20000, -1), generator=generator)
+    counts = torch.bincount(draws, minlength=len(expected)).double()
+    kept = expected > 0
+    assert counts[~kept].sum() == 0, "sampled a token outside the kept set"
+    expected_counts = expected[kept] / expected[kept].sum() * counts.sum()
+    result = chisquare(counts[kept].numpy(), expected_counts.numpy())
+    assert result.pvalue > 1e-3, result
