@@ -1,0 +1,184 @@
+"""`memrisk run` end to end on a tiny saved model: records, resume after a kill, config changes, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from memrisk import cli
+from memrisk.config import load_config
+from memrisk.runner import run_experiment
+from tests.conftest import WORDS
+
+STORY = " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(600))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, word_model) -> Path:
+    """The word-level tiny model saved as a normal transformers folder."""
+    folder = tmp_path_factory.mktemp("model")
+    word_model.model.save_pretrained(folder)
+    word_model.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def write_config(folder: Path, model_dir: Path, **overrides) -> Path:
+    """An experiment YAML over a book-mode text and a doc-mode JSONL control."""
+    (folder / "story.txt").write_text(STORY, encoding="utf-8")
+    (folder / "control.jsonl").write_text(
+        "\n".join(json.dumps({"text": " ".join(WORDS[i:] + WORDS[:i])}) for i in range(6)), encoding="utf-8"
+    )
+    config = {
+        "model": {"name": str(model_dir), "batch_size": 4},
+        "datasets": [
+            {"name": "story", "path": "story.txt"},
+            {"name": "control", "path": "control.jsonl", "role": "control"},
+        ],
+        "windows": {"mode": "book", "prefix_length": 6, "suffix_length": 5, "stride": 40},
+        "policies": [{"top_k": 3}, {"name": "full"}],
+        "shard_size": 4,
+    } | overrides
+    path = folder / "exp.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def records(out: Path) -> list[dict]:
+    """All records of a run folder, sorted by example id."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    rows = [r for shard in manifest["shards"] for r in pq.read_table(out / "records" / shard).to_pylist()]
+    return sorted(rows, key=lambda r: r["example_id"])
+
+
+def test_run_writes_records_summary_config_and_versions(tmp_path, model_dir) -> None:
+    config = load_config(write_config(tmp_path, model_dir))
+    summary = run_experiment(config, tmp_path / "out", progress=False)
+    rows = records(tmp_path / "out")
+    assert len(rows) == summary["examples"] == sum(w["windows"] for w in summary["windows"].values())
+    assert len({r["example_id"] for r in rows}) == len(rows)
+    row = rows[0]
+    assert len(row["prefix_ids"]) == 6 and len(row["suffix_ids"]) == 5 and len(row["greedy_ids"]) == 5
+    assert row["log_p.topk3"] <= 0 and row["log_p.full"] <= 0
+    assert {"control", "story"} == set(summary["datasets"])
+    assert summary["datasets"]["control"]["role"] == "control"
+    for name in ("config.yaml", "versions.json", "summary.json", "windows.json"):
+        assert (tmp_path / "out" / name).is_file()
+    versions = json.loads((tmp_path / "out" / "versions.json").read_text())
+    assert versions["model"]["architecture"] == "GPT2LMHeadModel" and "torch" in versions
+
+
+def test_resume_after_crash_has_no_lost_or_duplicated_records(tmp_path, model_dir, monkeypatch) -> None:
+    config = load_config(write_config(tmp_path, model_dir))
+    run_experiment(config, tmp_path / "clean", progress=False)
+    import memrisk.runner as runner
+
+    real, calls = runner.score_examples, []
+
+    def crash_on_third_chunk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "score_examples", crash_on_third_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, tmp_path / "resumed", progress=False)
+    assert len(records(tmp_path / "resumed")) == 8
+    (tmp_path / "resumed" / "records" / "part-00009.parquet").write_bytes(b"half-written shard")
+    monkeypatch.setattr(runner, "score_examples", real)
+    run_experiment(config, tmp_path / "resumed", progress=False)
+    assert records(tmp_path / "resumed") == records(tmp_path / "clean")
+    assert not (tmp_path / "resumed" / "records" / "part-00009.parquet").exists()
+
+
+def test_killed_process_resumes_with_the_same_command(tmp_path, model_dir) -> None:
+    path = write_config(tmp_path, model_dir, shard_size=1)
+    command = [sys.executable, "-m", "memrisk.cli", "run", str(path), "--out", str(tmp_path / "out")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    manifest = tmp_path / "out" / "manifest.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if manifest.exists() and len(json.loads(manifest.read_text())["shards"]) >= 3:
+            break
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    partial = len(records(tmp_path / "out"))
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    clean = tmp_path / "clean"
+    run_experiment(load_config(path), clean, progress=False)
+    assert partial < len(records(clean))
+    assert records(tmp_path / "out") == records(clean)
+
+
+def test_changed_config_is_refused_unless_forced(tmp_path, model_dir, capsys) -> None:
+    path = write_config(tmp_path, model_dir)
+    out = str(tmp_path / "out")
+    assert cli.main(["run", str(path), "--out", out]) == 0
+    write_config(tmp_path, model_dir, policies=[{"top_k": 2}])
+    assert cli.main(["run", str(path), "--out", out]) == 2
+    assert "different configuration" in capsys.readouterr().err
+    assert cli.main(["run", str(path), "--out", out, "--force"]) == 0
+    assert "log_p.topk2" in records(tmp_path / "out")[0]
+    assert "log_p.topk3" not in records(tmp_path / "out")[0]
+
+
+def test_batch_size_change_resumes(tmp_path, model_dir) -> None:
+    path = write_config(tmp_path, model_dir)
+    run_experiment(load_config(path), tmp_path / "out", progress=False)
+    config = load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "batch_size": 1}))
+    run_experiment(config, tmp_path / "out", progress=False)
+
+
+def test_report_rebuilds_summary_from_records(tmp_path, model_dir, capsys) -> None:
+    out = tmp_path / "out"
+    run_experiment(load_config(write_config(tmp_path, model_dir)), out, progress=False)
+    before = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").unlink()
+    assert cli.main(["report", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text()) == before
+    assert "story" in capsys.readouterr().out
+
+
+BAD_INPUTS = [
+    ({"policies": [{"top_k": 0}]}, None, "top_k must be an integer >= 1"),
+    ({"policies": [{"top_p": 1.5}]}, None, "top_p must be in (0, 1]"),
+    ({"policies": [{"temperature": 0}]}, None, "temperature must be a finite number > 0"),
+    ({"windows": {"prefix_length": 500, "suffix_length": 500}}, None, "no window of 1000 tokens"),
+    ({"model": {"name": "no-such-org/no-such-model"}}, None, "could not load model"),
+    ({"datasets": [{"name": "e", "path": "empty.txt"}]}, b"", "contains no text"),
+    ({"datasets": [{"name": "e", "path": "empty.txt"}]}, b"\xff\xfe caf\xe9", "not valid UTF-8"),
+    ({"tau_min": 0}, None, "tau_min"),
+    ({"methods": ["telepathy"]}, None, "methods"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "file_bytes", "message"), BAD_INPUTS)
+def test_bad_input_gives_one_error_and_writes_nothing(tmp_path, model_dir, capsys, monkeypatch, overrides, file_bytes, message) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if file_bytes is not None:
+        (tmp_path / "empty.txt").write_bytes(file_bytes)
+    path = write_config(tmp_path, model_dir, **overrides)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("memrisk: error:")]
+    assert len(errors) == 1 and message in errors[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_and_malformed_config_files(tmp_path, capsys) -> None:
+    assert cli.main(["run", str(tmp_path / "nope.yaml")]) == 2
+    (tmp_path / "bad.yaml").write_text("model: [unclosed", encoding="utf-8")
+    assert cli.main(["run", str(tmp_path / "bad.yaml")]) == 2
+    (tmp_path / "typo.yaml").write_text("model: {name: x}\ndatasets: [{name: a, path: a.txt}]\npolicys: []\n")
+    assert cli.main(["run", str(tmp_path / "typo.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "not found" in err and "not valid YAML" in err and "policys" in err
