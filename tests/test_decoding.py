@@ -124,3 +124,23 @@ def test_sampling_frequencies_match_scored_probabilities(tiny_model, policy: Dec
     expected_counts = expected[kept] / expected[kept].sum() * counts.sum()
     result = chisquare(counts[kept].numpy(), expected_counts.numpy())
     assert result.pvalue > 1e-3, result
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(-6, 6), min_size=6, max_size=6).map(lambda xs: [x / 2 for x in xs]), min_size=1, max_size=4), policies, st.data())
+def test_score_equals_gathered_log_probs(rows: list[list[float]], policy: DecodingPolicy, data) -> None:
+    logits = torch.tensor(rows)
+    targets = torch.tensor(data.draw(st.lists(st.integers(0, 5), min_size=len(rows), max_size=len(rows))))
+    want = policy.log_probs(logits).gather(-1, targets[:, None]).squeeze(-1)
+    got = policy.score(logits, targets)
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_score_falls_back_when_the_nucleus_is_wide() -> None:
+    logits = torch.zeros(2, 1000)
+    logits[1, :3] = 10.0
+    targets = torch.tensor([700, 1])
+    policy = DecodingPolicy(top_p=0.9)
+    torch.testing.assert_close(policy.score(logits, targets), policy.log_probs(logits).gather(-1, targets[:, None]).squeeze(-1))
+    assert policy.score(logits, targets)[0] == pytest.approx(-math.log(900))

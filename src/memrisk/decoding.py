@@ -19,6 +19,8 @@ import torch
 
 from memrisk.errors import MemriskError
 
+NUCLEUS_SEARCH = 256
+
 
 @dataclass(frozen=True)
 class DecodingPolicy:
@@ -72,6 +74,37 @@ class DecodingPolicy:
             log_p = torch.log_softmax(log_p.masked_fill(~top_p_mask(log_p, self.top_p), float("-inf")), dim=-1)
         return log_p
 
+    def score(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log Pr_φ(target) for each row ([..., V], [...] -> [...]): `log_probs` gathered at `targets`.
+
+        Computed without materialising the policy's full distribution: top-k needs only the k
+        largest logits, and the nucleus is found among the largest ones, falling back to a full
+        sort only when they do not reach the mass top_p.
+        """
+        scaled = logits.float()
+        if not self.is_greedy and self.temperature != 1.0:
+            scaled = scaled / self.temperature
+        vocab = scaled.shape[-1]
+        target = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        ahead = tokens_ahead(scaled, targets)
+        k = vocab if self.top_k is None else min(self.top_k, vocab)
+        if self.top_p is None or self.top_p >= 1.0 or self.is_greedy:
+            kept = scaled if k == vocab else torch.topk(scaled, k, dim=-1).values
+            return torch.where(ahead < k, target - torch.logsumexp(kept, dim=-1), float("-inf"))
+        largest = torch.topk(scaled, min(k, NUCLEUS_SEARCH), dim=-1).values
+        if k == vocab:
+            kept = scaled
+        else:
+            kept = largest if largest.shape[-1] == k else torch.topk(scaled, k, dim=-1).values
+        normaliser = torch.logsumexp(kept, dim=-1, keepdim=True)
+        sorted_log_p = largest - normaliser
+        size = nucleus_size(sorted_log_p, self.top_p)
+        if bool((size == sorted_log_p.shape[-1]).any()) and sorted_log_p.shape[-1] < k:
+            return self.log_probs(logits).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        in_nucleus = torch.arange(sorted_log_p.shape[-1], device=scaled.device) < size.unsqueeze(-1)
+        nucleus_mass = torch.logsumexp(sorted_log_p.masked_fill(~in_nucleus, float("-inf")), dim=-1)
+        return torch.where(ahead < size, target - normaliser.squeeze(-1) - nucleus_mass, float("-inf"))
+
     def sample(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Draw one token id per row of `logits` ([..., V] -> [...]) from the policy."""
         probs = self.log_probs(logits).exp()
@@ -89,11 +122,23 @@ def top_k_mask(logits: torch.Tensor, k: int) -> torch.Tensor:
     return above | (at & (torch.cumsum(at.int(), dim=-1) <= still_needed))
 
 
+def tokens_ahead(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """How many tokens rank before each target: larger logits, or equal logits with lower ids."""
+    target = logits.gather(-1, targets.unsqueeze(-1))
+    ids = torch.arange(logits.shape[-1], device=logits.device)
+    return ((logits > target) | ((logits == target) & (ids < targets.unsqueeze(-1)))).sum(-1)
+
+
+def nucleus_size(sorted_log_p: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Number of leading tokens of a descending log-prob row kept by the nucleus rule (≥ 1)."""
+    sorted_p = sorted_log_p.exp()
+    mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+    return ((mass_before < top_p) & (sorted_p > 0)).sum(-1).clamp(min=1)
+
+
 def top_p_mask(log_p: torch.Tensor, top_p: float) -> torch.Tensor:
     """Boolean mask of the nucleus: the smallest probability-sorted prefix with mass >= top_p."""
     sorted_log_p, order = torch.sort(log_p, dim=-1, descending=True, stable=True)
-    sorted_p = sorted_log_p.exp()
-    mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
-    keep_sorted = (mass_before < top_p) & (sorted_p > 0)
-    keep_sorted[..., 0] = True
+    size = nucleus_size(sorted_log_p, top_p)
+    keep_sorted = torch.arange(log_p.shape[-1], device=log_p.device) < size.unsqueeze(-1)
     return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from memrisk.decoding import DecodingPolicy
+from memrisk.decoding import DecodingPolicy, tokens_ahead
 from memrisk.extraction.inputs import as_model, as_policies, batch_slices, padded, prefix_suffix_pairs
 
 
@@ -40,15 +40,6 @@ class VerbatimScores:
         return (self.ranks <= 1).all(axis=1)
 
 
-def target_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """1-based rank of each target among the logits ([..., V], [...] -> [...]); ties to lower ids."""
-    target_logit = logits.gather(-1, targets.unsqueeze(-1))
-    higher = (logits > target_logit).sum(-1)
-    ids = torch.arange(logits.shape[-1], device=logits.device)
-    tied_lower = ((logits == target_logit) & (ids < targets.unsqueeze(-1))).sum(-1)
-    return higher + tied_lower + 1
-
-
 def verbatim_scores(
     model: Any,
     prefixes: Any,
@@ -71,9 +62,9 @@ def verbatim_scores(
         width = logits.shape[1]
         targets = padded(suffix_ids[rows], width, logits.device)
         valid = torch.arange(width, device=logits.device) < torch.as_tensor(lengths[rows], device=logits.device)[:, None]
-        ranks[rows, :width] = (target_ranks(logits, targets) * valid).cpu().numpy()
+        ranks[rows, :width] = ((tokens_ahead(logits, targets) + 1) * valid).cpu().numpy()
         for j, policy in enumerate(policies):
-            step = policy.log_probs(logits).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            step = policy.score(logits, targets)
             token_log_probs[rows, j, :width] = step.masked_fill(~valid, 0.0).cpu().numpy()
         bar.update(rows.stop - rows.start)
     bar.close()
