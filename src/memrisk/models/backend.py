@@ -192,6 +192,57 @@ class LanguageModel:
         return DecodeState(out.past_key_values, mask, state.next_position + 1, out.logits[:, -1])
 
 
+    def select_rows(self, state: DecodeState, index: torch.Tensor) -> DecodeState:
+        """Keep (and repeat) the rows `index` of a decoding batch, e.g. beam parents."""
+        index = index.to(self.device)
+        state.cache.batch_select_indices(index)
+        return _trim(DecodeState(state.cache, state.attention_mask[index], state.next_position[index], state.logits[index]))
+
+    def merge(self, first: DecodeState, second: DecodeState) -> DecodeState:
+        """One decoding batch holding the rows of both (the shorter history is left-padded)."""
+        width = max(first.attention_mask.shape[1], second.attention_mask.shape[1])
+        for mine, theirs in zip(_cache_layers(first.cache), _cache_layers(second.cache)):
+            mine.keys = torch.cat([_left_pad(mine.keys, width, -2), _left_pad(theirs.keys, width, -2)])
+            mine.values = torch.cat([_left_pad(mine.values, width, -2), _left_pad(theirs.values, width, -2)])
+        mask = torch.cat([_left_pad(first.attention_mask, width, 1), _left_pad(second.attention_mask, width, 1)])
+        return _trim(DecodeState(
+            first.cache,
+            mask,
+            torch.cat([first.next_position, second.next_position]),
+            torch.cat([first.logits, second.logits]),
+        ))
+
+
+def _cache_layers(cache: Any) -> list[Any]:
+    """The per-layer key/value holders of a dynamic KV cache."""
+    layers = getattr(cache, "layers", None)
+    if layers is None or not all(hasattr(layer, "keys") and hasattr(layer, "values") for layer in layers):
+        raise MemriskError(f"batched decoding needs a dynamic KV cache; this model uses {type(cache).__name__}")
+    return layers
+
+
+def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """Zero-pad `tensor` on the left of dimension `dim` up to `width`."""
+    missing = width - tensor.shape[dim]
+    if missing == 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+
+def _trim(state: DecodeState) -> DecodeState:
+    """Drop leading cache columns that no row attends to any more."""
+    used = state.attention_mask.any(dim=0)
+    first = int(used.int().argmax()) if bool(used.any()) else 0
+    if first == 0:
+        return state
+    for layer in _cache_layers(state.cache):
+        layer.keys = layer.keys[..., first:, :]
+        layer.values = layer.values[..., first:, :]
+    return DecodeState(state.cache, state.attention_mask[:, first:], state.next_position, state.logits)
+
+
 def _added_bos(tokenizer: Any) -> int | None:
     """The BOS id if the tokenizer prepends one when encoding, else None."""
     if tokenizer is None or getattr(tokenizer, "bos_token_id", None) is None:
