@@ -2,6 +2,7 @@
 
 from memrisk.decoding import DecodingPolicy
 from memrisk.errors import MemriskError
+from memrisk.extraction.cbs import CBSResult, Candidate, Stop, cbs
 from memrisk.extraction.discoverable import (
     RateTable,
     is_extractable,
@@ -17,6 +18,10 @@ from memrisk.models.backend import LanguageModel, load_model
 __version__ = "0.1.0"
 
 __all__ = [
+    "CBSResult",
+    "Candidate",
+    "Stop",
+    "cbs",
     "DecodingPolicy",
     "GreedyResult",
     "LanguageModel",

@@ -1,0 +1,495 @@
+"""Decoding-constrained beam search (CBS paper §4, App. C.3, D, E; SPEC §5).
+
+Certified bounds on the near-verbatim extraction risk p_{z,ε}: the mass, under a decoding
+policy, of every T-token continuation within distance ε of the target suffix. The search
+keeps a beam of at most B partial continuations whose scores are exact policy
+log-probabilities; every returned continuation's mass is a lower bound, and the mass it did
+not explore bounds the rest from above.
+
+Many sequences run at once: rows = sequences × beams share one KV cache, and all bookkeeping
+(children, distance states, ranking, bank) is done on tensors. Sequences that finish release
+their rows and waiting sequences take their place (compaction and refill).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from memrisk.decoding import DecodingPolicy
+from memrisk.distance import band_final, band_init, band_lower_bound, band_step, hamming, levenshtein
+from memrisk.errors import MemriskError
+from memrisk.extraction.inputs import as_model, padded, prefix_suffix_pairs
+from memrisk.extraction.probabilistic import verbatim_scores
+from memrisk.models.backend import DecodeState, LanguageModel
+
+PRUNE_MODES = (None, "hamming", "levenshtein")
+DISTANCES = ("hamming", "levenshtein")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One returned continuation with its policy log-probability and distances to the target."""
+
+    tokens: tuple[int, ...]
+    log_p: float
+    hamming: int
+    levenshtein: int
+    closure: bool = False
+
+    def distance(self, name: str) -> int:
+        """Distance to the target under `name` ('hamming' or 'levenshtein')."""
+        return self.hamming if name == "hamming" else self.levenshtein
+
+
+@dataclass(frozen=True)
+class Stop:
+    """How a search ended: 'completed' at step T, or early at `step` for 'no_viable' or 'tau_min'."""
+
+    reason: str
+    step: int
+
+
+@dataclass(frozen=True)
+class CBSResult:
+    """Candidates and bound bookkeeping of one sequence's search.
+
+    `covered_mass` is the total mass of the candidates; `bank` the mass of ε-viable paths the
+    beam prune dropped (plus, at a τ_min stop, the surviving beam); `eos_mass` the mass of
+    paths that emitted EOS before step T and were removed. With tail closure, `closure_bank`
+    is the part of `bank` whose only viable completion was scored and returned as a candidate.
+    """
+
+    candidates: list[Candidate]
+    covered_mass: float
+    bank: float
+    eos_mass: float
+    closure_bank: float
+    token_evals: int
+    closure_token_evals: int
+    stop: Stop
+    prune: str | None
+    epsilon: int
+    suffix_length: int
+
+    def lower_bound(self, distance: str = "levenshtein", epsilon: int | None = None) -> float:
+        """Certified lower bound on p_{z,ε}: the mass of candidates within `epsilon`."""
+        epsilon = self._check(distance, epsilon)
+        return math.fsum(math.exp(c.log_p) for c in self.candidates if c.distance(distance) <= epsilon)
+
+    def upper_bound(self, distance: str = "levenshtein", epsilon: int | None = None) -> float:
+        """Certified upper bound on p_{z,ε}: the lower bound plus all mass the search did not return.
+
+        ε-pruned runs also give LB(all finals) + bank for their own distance (and for Hamming
+        after Levenshtein pruning, whose balls are smaller); the smaller of the two is returned.
+        """
+        epsilon = self._check(distance, epsilon)
+        lower = self.lower_bound(distance, epsilon)
+        bound = lower + max(0.0, 1.0 - self.covered_mass)
+        if self.prune is not None and distance in (self.prune, "hamming"):
+            bound = min(bound, self.covered_mass + max(0.0, self.bank - self.closure_bank))
+        return min(1.0, max(bound, lower))
+
+    def _check(self, distance: str, epsilon: int | None) -> int:
+        """Validate a (distance, ε) query against what this run can certify."""
+        if distance not in DISTANCES:
+            raise MemriskError(f"distance must be one of {', '.join(DISTANCES)}; got {distance!r}")
+        epsilon = self.epsilon if epsilon is None else epsilon
+        if epsilon < 0:
+            raise MemriskError(f"epsilon must be >= 0, got {epsilon}")
+        if self.prune is not None and epsilon > self.epsilon:
+            raise MemriskError(f"this search was pruned at epsilon={self.epsilon}; it cannot bound epsilon={epsilon}")
+        return epsilon
+
+
+@dataclass
+class _Search:
+    """Per-sequence bookkeeping while a sequence is in the pool."""
+
+    index: int
+    finals: list[tuple[tuple[int, ...], float]] = field(default_factory=list)
+    closable: list[tuple[tuple[int, ...], float]] = field(default_factory=list)
+    bank: float = 0.0
+    eos_mass: float = 0.0
+    token_evals: int = 0
+    stop: Stop | None = None
+
+
+@dataclass
+class _Rows:
+    """Beam rows of all sequences in the pool, aligned with the decoding batch."""
+
+    search: torch.Tensor
+    log_p: torch.Tensor
+    tokens: torch.Tensor
+    depth: torch.Tensor
+    mismatches: torch.Tensor
+    band: torch.Tensor | None
+    ghost: torch.Tensor
+
+    def take(self, index: torch.Tensor) -> _Rows:
+        """Rows at `index` (repeats allowed)."""
+        return _Rows(
+            self.search[index], self.log_p[index], self.tokens[index], self.depth[index],
+            self.mismatches[index], None if self.band is None else self.band[index], self.ghost[index],
+        )
+
+    @staticmethod
+    def cat(first: _Rows, second: _Rows) -> _Rows:
+        """Rows of both, in order."""
+        band = None if first.band is None else torch.cat([first.band, second.band])
+        return _Rows(
+            torch.cat([first.search, second.search]), torch.cat([first.log_p, second.log_p]),
+            torch.cat([first.tokens, second.tokens]), torch.cat([first.depth, second.depth]),
+            torch.cat([first.mismatches, second.mismatches]), band, torch.cat([first.ghost, second.ghost]),
+        )
+
+
+def _validate(beam_width: int, prune: str | None, epsilon: int, tau_min: float | None, max_children: int) -> None:
+    """One clear error for each invalid search parameter."""
+    if beam_width < 1:
+        raise MemriskError(f"beam_width must be >= 1, got {beam_width}")
+    if prune not in PRUNE_MODES:
+        raise MemriskError(f"prune must be None, 'hamming' or 'levenshtein'; got {prune!r}")
+    if epsilon < 0:
+        raise MemriskError(f"epsilon must be >= 0, got {epsilon}")
+    if tau_min is not None and not 0.0 < tau_min <= 1.0:
+        raise MemriskError(f"tau_min must be in (0, 1], got {tau_min}")
+    if max_children < 1:
+        raise MemriskError(f"max_children must be >= 1, got {max_children}")
+
+
+class _BeamSearch:
+    """The batched search over all sequences; `run` returns one CBSResult per sequence."""
+
+    def __init__(
+        self, lm: LanguageModel, prefixes: list[list[int]], suffixes: list[list[int]], policy: DecodingPolicy,
+        beam_width: int, prune: str | None, epsilon: int, tau_min: float | None, tighter: bool,
+        eos_token_id: int | None, max_children: int, batch_size: int, compaction: bool,
+    ) -> None:
+        self.lm, self.prefixes, self.suffixes, self.policy = lm, prefixes, suffixes, policy
+        self.beam_width, self.prune, self.epsilon, self.tighter = beam_width, prune, epsilon, tighter
+        self.eos, self.batch_size, self.compaction = eos_token_id, batch_size, compaction
+        self.children = min(max_children, policy.top_k or lm.vocab_size, lm.vocab_size)
+        self.log_tau_beam = (
+            math.log(tau_min / (beam_width * (policy.top_k or self.children))) if tau_min is not None else None
+        )
+        device = lm.device
+        self.targets = padded(suffixes, max(len(s) for s in suffixes), device)
+        self.target_lengths = torch.tensor([len(s) for s in suffixes], device=device)
+        self.searches = [_Search(i) for i in range(len(prefixes))]
+        self.stopped = torch.zeros(len(prefixes), dtype=torch.bool, device=device)
+
+    def run(self, progress: bool) -> list[_Search]:
+        """Process every sequence, refilling the pool as sequences finish."""
+        pending = deque(range(len(self.prefixes)))
+        state: DecodeState | None = None
+        rows: _Rows | None = None
+        bar = tqdm(total=len(pending), desc="CBS", unit="seq", disable=not progress)
+        while pending or rows is not None:
+            live = 0 if rows is None else len({int(s) for s in rows.search[~rows.ghost].tolist()})
+            room = self.batch_size - live if self.compaction or live == 0 else 0
+            if room > 0 and pending:
+                if not self.compaction:
+                    state, rows = None, None
+                fresh = [pending.popleft() for _ in range(min(room, len(pending)))]
+                state, rows = self._admit(fresh, state, rows)
+            state, rows, finished = self._step(state, rows)
+            bar.update(finished)
+        bar.close()
+        return self.searches
+
+    def _admit(self, fresh: list[int], state: DecodeState | None, rows: _Rows | None) -> tuple[DecodeState, _Rows]:
+        """Prefill new sequences and add their single root row each to the pool."""
+        new_state = self.lm.prefill([self.prefixes[i] for i in fresh])
+        device = self.lm.device
+        for i in fresh:
+            bos = 0 if self.lm.bos_token_id is None else 1
+            self.searches[i].token_evals = len(self.prefixes[i]) + bos
+        n = len(fresh)
+        new_rows = _Rows(
+            search=torch.tensor(fresh, device=device),
+            log_p=torch.zeros(n, dtype=torch.float64, device=device),
+            tokens=torch.zeros(n, self.targets.shape[1], dtype=torch.long, device=device),
+            depth=torch.zeros(n, dtype=torch.long, device=device),
+            mismatches=torch.zeros(n, dtype=torch.long, device=device),
+            band=band_init(n, self.epsilon, device) if self.prune == "levenshtein" else None,
+            ghost=torch.zeros(n, dtype=torch.bool, device=device),
+        )
+        if state is None or rows is None:
+            return new_state, new_rows
+        return self.lm.merge(state, new_state), _Rows.cat(rows, new_rows)
+
+    def _expand(self, logits: torch.Tensor, rows: _Rows) -> dict[str, torch.Tensor]:
+        """Children of every row: tokens, scores, distance states, and masks of what survives."""
+        log_p = self.policy.log_probs(logits)
+        values, tokens = torch.topk(log_p, self.children, dim=-1)
+        by_token = torch.sort(tokens, dim=-1, stable=True)
+        values, tokens = values.gather(-1, by_token.indices), by_token.values
+        order = torch.sort(values, dim=-1, descending=True, stable=True).indices
+        values, tokens = values.gather(-1, order), tokens.gather(-1, order)
+        valid = values > float("-inf")
+        n_rows, width = tokens.shape
+        kept_size = (log_p > float("-inf")).sum(-1)
+        tail = torch.where(
+            kept_size > width,
+            rows.log_p + torch.log1p(-torch.exp(torch.logsumexp(values.double(), dim=-1)).clamp(max=1.0)),
+            float("-inf"),
+        )
+        depth = rows.depth + 1
+        search = rows.search.clamp(min=0)
+        targets, lengths = self.targets[search], self.target_lengths[search]
+        target_now = targets.gather(1, (depth - 1).clamp(max=targets.shape[1] - 1).unsqueeze(1))
+        mismatches = rows.mismatches.unsqueeze(1) + (tokens != target_now).long()
+        final = (depth == lengths).unsqueeze(1).expand(-1, width)
+        viable = valid.clone()
+        accepted = torch.ones_like(valid)
+        band = None
+        if self.prune == "hamming":
+            viable &= mismatches <= self.epsilon
+        elif self.prune == "levenshtein":
+            flat = band_step(
+                rows.band.repeat_interleave(width, dim=0), depth.repeat_interleave(width),
+                tokens.reshape(-1), targets.repeat_interleave(width, dim=0), lengths.repeat_interleave(width),
+            )
+            band = flat.view(n_rows, width, -1)
+            viable &= band_lower_bound(flat, self.tighter).view(n_rows, width) <= self.epsilon
+            accepted = band_final(flat).view(n_rows, width) <= self.epsilon
+        eos = torch.zeros_like(valid) if self.eos is None else (tokens == self.eos) & ~final
+        return {
+            "tokens": tokens, "score": rows.log_p.unsqueeze(1) + values.double(), "viable": viable & ~rows.ghost.unsqueeze(1),
+            "eos": eos, "final": final, "accepted": accepted, "mismatches": mismatches, "band": band, "tail": tail,
+        }
+
+    def _step(self, state: DecodeState, rows: _Rows) -> tuple[DecodeState | None, _Rows | None, int]:
+        """One expansion of every row: record finals, prune to B per sequence, advance the cache."""
+        c = self._expand(state.logits, rows)
+        n_rows, width = c["tokens"].shape
+        search = rows.search.unsqueeze(1).expand(-1, width)
+        mass = c["score"].exp()
+        self._add_per_search(search, mass, c["viable"] & c["eos"], "eos_mass")
+        if self.prune is not None:
+            tail_rows = torch.isfinite(c["tail"]) & ~rows.ghost
+            self._add_per_search(rows.search, c["tail"].exp(), tail_rows, "bank")
+        alive = c["viable"] & ~c["eos"]
+        is_final = alive & c["final"]
+        self._record_finals(rows, c, is_final & c["accepted"])
+        ranked = alive & ~c["final"]
+        flat_rank = self._rank_within_search(search.reshape(-1), c["score"].reshape(-1), ranked.reshape(-1))
+        rank = flat_rank.view(n_rows, width)
+        selected = ranked & (rank < self.beam_width)
+        pruned = ranked & ~selected
+        self._add_per_search(search, mass, pruned, "bank")
+        if self.prune == "hamming":
+            self._record_closable(rows, c, pruned & (c["mismatches"] == self.epsilon))
+        finished = self._close_searches(rows, c, is_final, ranked, selected, mass)
+        parents, slots = selected.nonzero(as_tuple=True)
+        stopped = self.stopped
+        keep = ~stopped[rows.search[parents]]
+        parents, slots = parents[keep], slots[keep]
+        new_rows = self._children_rows(rows, c, parents, slots)
+        for s, count in zip(*torch.unique(new_rows.search, return_counts=True)):
+            self.searches[int(s)].token_evals += int(count)
+        if not self.compaction:
+            ghosts = (rows.ghost | stopped[rows.search]) & (rows.depth + 1 < self.target_lengths[rows.search])
+            ghost_index = ghosts.nonzero(as_tuple=True)[0]
+            ghost_rows = rows.take(ghost_index)
+            ghost_rows.ghost[:] = True
+            ghost_rows.depth += 1
+            parents = torch.cat([parents, ghost_index])
+            new_rows = _Rows.cat(new_rows, ghost_rows)
+            tokens = torch.cat([c["tokens"][parents[: len(slots)], slots], torch.zeros_like(ghost_index)])
+        else:
+            tokens = c["tokens"][parents, slots]
+        if len(parents) == 0 or not bool((~new_rows.ghost).any()):
+            return None, None, finished
+        state = self.lm.step(self.lm.select_rows(state, parents), tokens)
+        return state, new_rows, finished
+
+    def _children_rows(self, rows: _Rows, c: dict[str, torch.Tensor], parents: torch.Tensor, slots: torch.Tensor) -> _Rows:
+        """Beam rows for the selected children."""
+        new = rows.take(parents)
+        new.log_p = c["score"][parents, slots]
+        new.tokens = new.tokens.clone()
+        new.tokens[torch.arange(len(parents), device=parents.device), new.depth] = c["tokens"][parents, slots]
+        new.depth = new.depth + 1
+        new.mismatches = c["mismatches"][parents, slots]
+        if c["band"] is not None:
+            new.band = c["band"][parents, slots]
+        return new
+
+    @staticmethod
+    def _rank_within_search(search: torch.Tensor, score: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """0-based rank of each entry among its search's masked entries by descending score.
+
+        Ties keep the flat order (parent rank, then child rank): deterministic.
+        """
+        order = torch.sort(torch.where(mask, score, float("-inf")), descending=True, stable=True).indices
+        order = order[torch.sort(search[order], stable=True).indices]
+        sorted_search = search[order]
+        position = torch.arange(len(order), device=search.device)
+        first = torch.searchsorted(sorted_search, sorted_search, right=False)
+        rank = torch.empty_like(position)
+        rank[order] = position - first
+        return torch.where(mask, rank, torch.iinfo(torch.long).max)
+
+    def _add_per_search(self, search: torch.Tensor, mass: torch.Tensor, mask: torch.Tensor, attribute: str) -> None:
+        """Add masked masses into each search's accumulator."""
+        if not bool(mask.any()):
+            return
+        totals = torch.zeros(len(self.searches), dtype=torch.float64, device=mass.device)
+        totals.index_add_(0, search[mask], mass[mask].double())
+        for s in totals.nonzero(as_tuple=True)[0].tolist():
+            setattr(self.searches[s], attribute, getattr(self.searches[s], attribute) + float(totals[s]))
+
+    def _record_finals(self, rows: _Rows, c: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
+        """Store completed, accepted continuations with their log-probabilities."""
+        parents, slots = mask.nonzero(as_tuple=True)
+        if len(parents) == 0:
+            return
+        for history, token, score, search, depth in zip(
+            rows.tokens[parents].tolist(), c["tokens"][parents, slots].tolist(), c["score"][parents, slots].tolist(),
+            rows.search[parents].tolist(), rows.depth[parents].tolist(),
+        ):
+            self.searches[search].finals.append((tuple(history[:depth] + [token]), score))
+
+    def _record_closable(self, rows: _Rows, c: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
+        """Remember pruned Hamming paths at distance exactly ε: one viable completion each."""
+        parents, slots = mask.nonzero(as_tuple=True)
+        for history, token, score, search, depth in zip(
+            rows.tokens[parents].tolist(), c["tokens"][parents, slots].tolist(), c["score"][parents, slots].tolist(),
+            rows.search[parents].tolist(), rows.depth[parents].tolist(),
+        ):
+            self.searches[search].closable.append((tuple(history[:depth] + [token]), score))
+
+    def _close_searches(
+        self, rows: _Rows, c: dict[str, torch.Tensor], is_final: torch.Tensor, ranked: torch.Tensor,
+        selected: torch.Tensor, mass: torch.Tensor,
+    ) -> int:
+        """Mark searches that completed or stop early (no viable child, τ_min); return how many ended."""
+        live = ~rows.ghost
+        ended = 0
+        for s in torch.unique(rows.search[live]).tolist():
+            own = (rows.search == s) & live
+            search = self.searches[s]
+            depth = int(rows.depth[own][0]) + 1
+            if bool(c["final"][own].any()):
+                search.stop = Stop("completed", depth)
+            elif not bool(ranked[own].any()):
+                search.stop = Stop("no_viable", depth)
+            elif self.log_tau_beam is not None and float(c["score"][own][selected[own]].max()) < self.log_tau_beam:
+                search.stop = Stop("tau_min", depth)
+                search.bank += float(mass[own][selected[own]].sum())
+            if search.stop is not None:
+                self.stopped[s] = True
+                ended += 1
+        return ended
+
+
+def _closures(lm: LanguageModel, searches: list[_Search], prefixes: list[list[int]], suffixes: list[list[int]],
+              policy: DecodingPolicy, limit: int) -> tuple[dict[int, list[tuple[tuple[int, ...], float, float]]], dict[int, int]]:
+    """Teacher-force the single viable completion of each closable path (best `limit` per sequence).
+
+    Returns per sequence the closed candidates (full continuation, its log-probability, the
+    banked path log-probability) and the token evaluations spent on them.
+    """
+    jobs = []
+    for s in searches:
+        for path, path_log_p in sorted(s.closable, key=lambda item: -item[1])[:limit]:
+            jobs.append((s.index, path, path_log_p))
+    out: dict[int, list[tuple[tuple[int, ...], float, float]]] = {}
+    jobs = [j for j in jobs if len(j[1]) < len(suffixes[j[0]])]
+    evals: dict[int, int] = {}
+    bos = 0 if lm.bos_token_id is None else 1
+    for i, _, _ in jobs:
+        evals[i] = evals.get(i, 0) + len(prefixes[i]) + bos + len(suffixes[i])
+    if not jobs:
+        return out, evals
+    scores = verbatim_scores(
+        lm, [prefixes[i] + list(path) for i, path, _ in jobs], [suffixes[i][len(path):] for i, path, _ in jobs], policy
+    )
+    for (i, path, path_log_p), rest in zip(jobs, scores.log_p[:, 0].tolist()):
+        if rest > float("-inf"):
+            out.setdefault(i, []).append((tuple(path) + tuple(suffixes[i][len(path):]), path_log_p + rest, path_log_p))
+    return out, evals
+
+
+def cbs(
+    model: Any,
+    prefixes: Any,
+    suffixes: Any,
+    policy: DecodingPolicy | None = None,
+    *,
+    beam_width: int = 20,
+    prune: str | None = None,
+    epsilon: int = 5,
+    tau_min: float | None = None,
+    tighter_levenshtein: bool = False,
+    tail_closure: bool = False,
+    closure_limit: int | None = None,
+    eos_token_id: int | None | str = "auto",
+    max_children: int = 256,
+    batch_size: int | None = None,
+    compaction: bool = True,
+    progress: bool = False,
+) -> list[CBSResult]:
+    """Decoding-constrained beam search for every (prefix, suffix): certified bounds on p_{z,ε}.
+
+    `policy` defaults to top-k 40. `prune` selects Algorithm 1 (None), 2 ('hamming') or
+    3 ('levenshtein') with budget `epsilon`; `tau_min` enables the τ_min/(B·k) early stop.
+    `tighter_levenshtein` uses the keep rule min_j D[t,j] + |t−j| ≤ ε; `tail_closure` scores the
+    one viable completion of pruned Hamming paths at distance ε (best `closure_limit` per
+    sequence, default B) and adds it to the lower bound. Children per beam element are the
+    policy's kept set, capped at the `max_children` most likely tokens; mass beyond the cap is
+    banked. `eos_token_id` ('auto': the model's) ends paths that emit it before step T.
+    `batch_size` sequences (default: the model's batch size) run at once; with `compaction`
+    finished sequences free their rows for waiting ones, without it a batch runs padded until
+    all of its sequences finish (the paper's behaviour, for comparison).
+    """
+    lm = as_model(model)
+    prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
+    policy = DecodingPolicy(top_k=40) if policy is None else policy
+    _validate(beam_width, prune, epsilon, tau_min, max_children)
+    if tail_closure and prune != "hamming":
+        raise MemriskError("tail_closure applies to Hamming-pruned search only (prune='hamming')")
+    eos = lm.eos_token_id if eos_token_id == "auto" else eos_token_id
+    search = _BeamSearch(
+        lm, prefix_ids, suffix_ids, policy, beam_width, prune, epsilon, tau_min, tighter_levenshtein,
+        eos, max_children, batch_size or lm.batch_size, compaction,
+    )
+    with torch.inference_mode():
+        searches = search.run(progress)
+        closures, closure_evals = (
+            _closures(lm, searches, prefix_ids, suffix_ids, policy, closure_limit or beam_width) if tail_closure else ({}, {})
+        )
+    results = []
+    for s, suffix in zip(searches, suffix_ids):
+        candidates = [Candidate(tokens, lp, hamming(tokens, suffix), levenshtein(tokens, suffix)) for tokens, lp in s.finals]
+        closed = closures.get(s.index, [])
+        candidates += [Candidate(tokens, lp, hamming(tokens, suffix), levenshtein(tokens, suffix), True) for tokens, lp, _ in closed]
+        candidates.sort(key=lambda c: -c.log_p)
+        results.append(CBSResult(
+            candidates=candidates,
+            covered_mass=math.fsum(math.exp(c.log_p) for c in candidates),
+            bank=s.bank,
+            eos_mass=s.eos_mass,
+            closure_bank=math.fsum(math.exp(banked) for _, _, banked in closed),
+            token_evals=s.token_evals,
+            closure_token_evals=closure_evals.get(s.index, 0),
+            stop=s.stop or Stop("completed", len(suffix)),
+            prune=prune,
+            epsilon=epsilon,
+            suffix_length=len(suffix),
+        ))
+    return results
+
+
+def token_evaluation_limit(prefix_length: int, suffix_length: int, beam_width: int) -> int:
+    """The SPEC's cost ceiling a + (T − 1)·B token evaluations for one sequence."""
+    return prefix_length + (suffix_length - 1) * beam_width
+
