@@ -8,7 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memrisk import MemriskError
-from memrisk.distance import BAND_INF, band_final, band_init, band_lower_bound, band_step, hamming, levenshtein
+from memrisk.distance import (
+    BAND_INF,
+    band_final,
+    band_init,
+    band_lower_bound,
+    band_step,
+    char_levenshtein,
+    hamming,
+    levenshtein,
+    sentence_bleu,
+)
 
 
 def wagner_fischer(a: list[int], b: list[int]) -> list[list[int]]:
@@ -87,3 +97,18 @@ def test_tighter_rule_prunes_paths_that_only_match_a_shorter_target_prefix() -> 
     for t, token in enumerate([7, 7, 1, 2], start=1):
         band = band_step(band, torch.tensor([t]), torch.tensor([token]), targets, lengths)
     assert int(band_lower_bound(band)[0]) <= 2 < int(band_lower_bound(band, tighter=True)[0])
+
+
+def test_sentence_bleu_on_decoded_text() -> None:
+    reference = "the cat sat on the mat and looked at the bird"
+    assert sentence_bleu(reference, reference) == pytest.approx(1.0)
+    one_word = sentence_bleu("the cat sat on the mat and looked at a bird", reference)
+    # 1-4 gram precisions 10/11, 8/10, 7/9, 6/8, brevity penalty 1
+    assert one_word == pytest.approx((10 / 11 * 8 / 10 * 7 / 9 * 6 / 8) ** 0.25)
+    assert sentence_bleu("cat the", reference) == 0.0
+    assert sentence_bleu("", reference) == 0.0
+
+
+def test_char_levenshtein() -> None:
+    assert char_levenshtein("kitten", "sitting") == 3
+    assert char_levenshtein("", "abc") == 3

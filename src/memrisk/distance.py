@@ -22,6 +22,22 @@ def levenshtein(a: Sequence[int], b: Sequence[int]) -> int:
     return Levenshtein.distance(list(a), list(b))
 
 
+def char_levenshtein(a: str, b: str) -> int:
+    """Unit-cost edit distance between two decoded texts, in characters."""
+    return Levenshtein.distance(a, b)
+
+
+def sentence_bleu(candidate: str, reference: str) -> float:
+    """Sentence BLEU of decoded texts split on whitespace, with nltk's defaults (4-gram, uniform, no smoothing)."""
+    import warnings
+
+    from nltk.translate.bleu_score import sentence_bleu as nltk_sentence_bleu
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(nltk_sentence_bleu([reference.split()], candidate.split()))
+
+
 BAND_INF = 1 << 20
 
 
