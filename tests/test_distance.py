@@ -105,8 +105,8 @@ def test_sentence_bleu_on_decoded_text() -> None:
     one_word = sentence_bleu("the cat sat on the mat and looked at a bird", reference)
     # 1-4 gram precisions 10/11, 8/10, 7/9, 6/8, brevity penalty 1
     assert one_word == pytest.approx((10 / 11 * 8 / 10 * 7 / 9 * 6 / 8) ** 0.25)
-    assert sentence_bleu("cat the", reference) == 0.0
-    assert sentence_bleu("", reference) == 0.0
+    assert sentence_bleu("cat the", reference) < 1e-100
+    assert sentence_bleu("", reference) < 1e-100
 
 
 def test_char_levenshtein() -> None:
