@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from memrisk.decoding import DecodingPolicy
 from memrisk.errors import MemriskError
 
-METHODS = ("probabilistic", "greedy")
+DEFAULT_METHODS = ("probabilistic", "greedy")
 
 
 class _Strict(BaseModel):
@@ -77,6 +77,27 @@ class PolicyConfig(_Strict):
         return self.name or self.policy().name
 
 
+class CBSConfig(_Strict):
+    """Decoding-constrained beam search settings (CBS paper §4; defaults: its recommended run)."""
+
+    policy: str | None = None
+    beam_width: int = Field(20, ge=1)
+    prune: Literal["none", "hamming", "levenshtein"] = "levenshtein"
+    epsilon: int = Field(5, ge=0)
+    tau_min_stop: bool = True
+    tighter_levenshtein: bool = False
+    tail_closure: bool = False
+    max_children: int = Field(256, ge=1)
+    stored_candidates: int = Field(10, ge=0)
+    bleu_threshold: float = Field(0.75, gt=0.0, le=1.0)
+    char_epsilons: list[int] = Field(default_factory=lambda: [0, 5, 10, 25])
+
+    @property
+    def prune_mode(self) -> str | None:
+        """The `prune` argument of `memrisk.cbs`."""
+        return None if self.prune == "none" else self.prune
+
+
 class ExperimentConfig(_Strict):
     """A whole experiment: model, data, windows, decoding policies and methods."""
 
@@ -84,7 +105,8 @@ class ExperimentConfig(_Strict):
     datasets: list[DatasetConfig] = Field(min_length=1)
     windows: WindowConfig = WindowConfig()
     policies: list[PolicyConfig] = Field(default_factory=lambda: [PolicyConfig(top_k=40)], min_length=1)
-    methods: list[Literal["probabilistic", "greedy"]] = Field(default_factory=lambda: list(METHODS), min_length=1)
+    methods: list[Literal["probabilistic", "greedy", "cbs"]] = Field(default_factory=lambda: list(DEFAULT_METHODS), min_length=1)
+    cbs: CBSConfig = CBSConfig()
     tau_min: float = Field(1e-3, gt=0.0, le=1.0)
     shard_size: int = Field(64, ge=1)
 
@@ -108,6 +130,17 @@ class ExperimentConfig(_Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"dataset names must be unique, got {names}")
         return datasets
+
+    @model_validator(mode="after")
+    def _cbs_policy_exists(self) -> ExperimentConfig:
+        labels = [p.label for p in self.policies]
+        if self.cbs.policy is not None and self.cbs.policy not in labels:
+            raise ValueError(f"cbs.policy {self.cbs.policy!r} is not one of the policies {labels}")
+        return self
+
+    def cbs_policy(self) -> PolicyConfig:
+        """The policy CBS searches under: `cbs.policy`, else the first configured one."""
+        return next(p for p in self.policies if p.label == (self.cbs.policy or self.policies[0].label))
 
     def identity(self) -> dict[str, Any]:
         """The settings that change results (batch size and shard size do not)."""

@@ -14,6 +14,7 @@ import memrisk
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.data.sources import Document, read_documents
 from memrisk.data.windows import Window, WindowSet, make_windows
+from memrisk.extraction.cbs import CBSResult, cbs, text_masses
 from memrisk.extraction.greedy import greedy_extraction
 from memrisk.extraction.probabilistic import verbatim_scores
 from memrisk.models.backend import LanguageModel, load_model
@@ -125,7 +126,53 @@ def score_examples(config: ExperimentConfig, lm: LanguageModel, examples: Sequen
                 "greedy_levenshtein": g.levenshtein,
             }
         records.append(record)
+    if "cbs" in config.methods:
+        for record, result in zip(records, run_cbs(config, lm, prefixes, suffixes)):
+            record |= cbs_record(config, lm, result, record["suffix_text"])
     return records
+
+
+def run_cbs(config: ExperimentConfig, lm: LanguageModel, prefixes: list[list[int]], suffixes: list[list[int]]) -> list[CBSResult]:
+    """CBS over a chunk of examples with the config's settings."""
+    c = config.cbs
+    return cbs(
+        lm, prefixes, suffixes, config.cbs_policy().policy(),
+        beam_width=c.beam_width, prune=c.prune_mode, epsilon=c.epsilon,
+        tau_min=config.tau_min if c.tau_min_stop else None, tighter_levenshtein=c.tighter_levenshtein,
+        tail_closure=c.tail_closure, max_children=c.max_children,
+    )
+
+
+def cbs_record(config: ExperimentConfig, lm: LanguageModel, result: CBSResult, suffix_text: str) -> dict[str, Any]:
+    """Record columns of one CBS result: bounds per ε, cost, stop, all masses, top candidates with text."""
+    c = config.cbs
+    epsilons = range(c.epsilon + 1)
+    text = text_masses(
+        result, lm.decode, suffix_text, bleu_threshold=c.bleu_threshold, char_epsilons=c.char_epsilons,
+        negligible=config.tau_min * 1e-3,
+    )
+    columns: dict[str, Any] = {}
+    for distance in ("levenshtein", "hamming"):
+        columns[f"cbs_lower.{distance}"] = [result.lower_bound(distance, e) for e in epsilons]
+        columns[f"cbs_upper.{distance}"] = [result.upper_bound(distance, e) for e in epsilons]
+    return columns | {
+        "cbs_covered_mass": result.covered_mass,
+        "cbs_bank": result.bank,
+        "cbs_eos_mass": result.eos_mass,
+        "cbs_token_evals": result.token_evals + result.closure_token_evals,
+        "cbs_stop": result.stop.reason,
+        "cbs_stop_step": result.stop.step,
+        "cbs_log_p": [cand.log_p for cand in result.candidates],
+        "cbs_hamming": [cand.hamming for cand in result.candidates],
+        "cbs_levenshtein": [cand.levenshtein for cand in result.candidates],
+        "cbs_bleu_mass": text.bleu,
+        "cbs_char_levenshtein_mass": [text.char_levenshtein[e] for e in c.char_epsilons],
+        "cbs_top": [
+            {"tokens": list(cand.tokens), "text": lm.decode(cand.tokens), "log_p": cand.log_p,
+             "hamming": cand.hamming, "levenshtein": cand.levenshtein}
+            for cand in result.candidates[: c.stored_candidates]
+        ],
+    }
 
 
 def chunks(items: Sequence[Example], size: int) -> Iterator[Sequence[Example]]:

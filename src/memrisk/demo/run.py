@@ -33,7 +33,7 @@ def demo_config(corpus: DemoCorpus, model: str, gguf_file: str | None = None) ->
         "datasets": datasets,
         "windows": {"mode": "doc", "prefix_length": 50, "suffix_length": 50},
         "policies": DEMO_POLICIES,
-        "methods": ["probabilistic", "greedy"],
+        "methods": ["probabilistic", "greedy", "cbs"],
     })
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,16 @@ import torch
 from tqdm.auto import tqdm
 
 from memrisk.decoding import DecodingPolicy
-from memrisk.distance import band_final, band_init, band_lower_bound, band_step, hamming, levenshtein
+from memrisk.distance import (
+    band_final,
+    band_init,
+    band_lower_bound,
+    band_step,
+    char_levenshtein,
+    hamming,
+    levenshtein,
+    sentence_bleu,
+)
 from memrisk.errors import MemriskError
 from memrisk.extraction.inputs import as_model, padded, prefix_suffix_pairs
 from memrisk.extraction.probabilistic import verbatim_scores
@@ -487,6 +497,45 @@ def cbs(
             suffix_length=len(suffix),
         ))
     return results
+
+
+@dataclass(frozen=True)
+class TextMasses:
+    """Candidate mass judged on decoded text: BLEU ≥ threshold, and character edit distance ≤ c."""
+
+    bleu: float
+    char_levenshtein: dict[int, float]
+
+
+def text_masses(
+    result: CBSResult,
+    decode: Any,
+    reference: str,
+    *,
+    bleu_threshold: float = 0.75,
+    char_epsilons: Sequence[int] = (0, 5, 10, 25),
+    negligible: float = 0.0,
+) -> TextMasses:
+    """Post-process candidates on decoded text (CBS §F.9): lower bounds on BLEU and character balls.
+
+    Candidates are visited from the most likely; once the mass left is below `negligible` the
+    rest are skipped, so both masses stay lower bounds.
+    """
+    bleu, chars = [], {c: [] for c in char_epsilons}
+    remaining = result.covered_mass
+    for candidate in result.candidates:
+        if remaining < negligible:
+            break
+        p = math.exp(candidate.log_p)
+        remaining -= p
+        text = decode(candidate.tokens)
+        if sentence_bleu(text, reference) >= bleu_threshold:
+            bleu.append(p)
+        distance = char_levenshtein(text, reference)
+        for c in char_epsilons:
+            if distance <= c:
+                chars[c].append(p)
+    return TextMasses(math.fsum(bleu), {c: math.fsum(v) for c, v in chars.items()})
 
 
 def token_evaluation_limit(prefix_length: int, suffix_length: int, beam_width: int) -> int:

@@ -52,6 +52,44 @@ def greedy_stats(column: Any) -> dict[str, Any]:
     return {"exact": int(exact.sum()), "rate": float(exact.mean()), "near_verbatim_rate": near, "teacher_forced_disagreements": disagreements}
 
 
+def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
+    """Near-verbatim rates from CBS lower bounds per ε, unlocked counts, and recovery of verbatim p_z.
+
+    `column(name)` returns one record column as an array (list columns as object arrays).
+    """
+    tau = config.tau_min
+    distance = config.cbs.prune_mode or "levenshtein"
+    lower = {d: np.array([list(v) for v in column(f"cbs_lower.{d}")], dtype=np.float64) for d in ("levenshtein", "hamming")}
+    stops, counts = np.unique(column("cbs_stop").astype(str), return_counts=True)
+    out: dict[str, Any] = {
+        "distance": distance,
+        "rate": {d: {str(e): float((lb[:, e] >= tau).mean()) for e in range(lb.shape[1])} for d, lb in lower.items()},
+        "bleu_rate": float((column("cbs_bleu_mass").astype(np.float64) >= tau).mean()),
+        "mean_token_evals": float(column("cbs_token_evals").astype(np.float64).mean()),
+        "stops": {str(k): int(v) for k, v in zip(stops, counts)},
+    }
+    label = config.cbs_policy().label
+    if "probabilistic" not in config.methods:
+        return out
+    p_z = np.exp(column(f"log_p.{label}").astype(np.float64))
+    verbatim_lb, near_lb = lower[distance][:, 0], lower[distance][:, -1]
+    extractable = p_z >= tau
+    out["unlocked"] = {
+        "blue": int(extractable.sum()),
+        "orange": int(((p_z > 0) & ~extractable & (near_lb >= tau)).sum()),
+        "red": int(((p_z == 0) & (near_lb >= tau)).sum()),
+    }
+    found = verbatim_lb >= tau
+    out["recovery"] = {
+        "teacher_forced": int(extractable.sum()),
+        "cbs_verbatim": int(found.sum()),
+        "ratio": float(found.sum() / extractable.sum()) if extractable.any() else None,
+        "mass_ratio": float(verbatim_lb[extractable].sum() / p_z[extractable].sum()) if extractable.any() else None,
+        "missed": [str(x) for x in column("example_id")[extractable & ~found]],
+    }
+    return out
+
+
 def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, Any]) -> dict[str, Any]:
     """Per-dataset rates for every method and policy, (n,p) tables and the top sequences."""
     labels = [p.label for p in config.policies]
@@ -70,7 +108,12 @@ def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, 
         mask = datasets == dataset.name
 
         def column(name: str, mask: np.ndarray = mask) -> np.ndarray:
-            return np.asarray(rows[name])[mask]
+            values = rows[name]
+            array = np.empty(len(values), dtype=object) if values and isinstance(values[0], list) else None
+            if array is None:
+                return np.asarray(values)[mask]
+            array[:] = values
+            return array[mask]
 
         entry: dict[str, Any] = {"role": dataset.role, "examples": int(mask.sum())}
         if "probabilistic" in config.methods and mask.any():
@@ -79,10 +122,36 @@ def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, 
             entry["np_rates"] = {label: rate_table(lp).to_dict() for label, lp in log_ps.items()}
         if "greedy" in config.methods and mask.any():
             entry["greedy"] = greedy_stats(column)
+        if "cbs" in config.methods and mask.any():
+            entry["cbs"] = cbs_stats(column, config)
         summary["datasets"][dataset.name] = entry
     if "probabilistic" in config.methods:
         summary["top_sequences"] = top_sequences(rows, labels[0])
+        if "cbs" in config.methods:
+            summary["top_unlocked"] = top_unlocked(rows, config)
     return summary
+
+
+def top_unlocked(rows: dict[str, list], config: ExperimentConfig, count: int = 10) -> list[dict[str, Any]]:
+    """Sequences with p_z < τ_min ≤ near-verbatim lower bound, by lower bound, with the best candidate."""
+    distance = config.cbs.prune_mode or "levenshtein"
+    label, tau = config.cbs_policy().label, config.tau_min
+    log_p = np.asarray(rows[f"log_p.{label}"], dtype=np.float64)
+    near = np.array([v[-1] for v in rows[f"cbs_lower.{distance}"]], dtype=np.float64)
+    unlocked = np.flatnonzero((log_p < math.log(tau)) & (near >= tau))
+    order = unlocked[np.argsort(-near[unlocked], kind="stable")][:count]
+    return [
+        {
+            "example_id": rows["example_id"][i],
+            "dataset": rows["dataset"][i],
+            "role": rows["role"][i],
+            "log10_p": float(log10(log_p[i])),
+            "log10_lower_bound": float(math.log10(near[i])),
+            "suffix_text": rows["suffix_text"][i],
+            "best_candidate": rows["cbs_top"][i][0]["text"] if rows["cbs_top"][i] else None,
+        }
+        for i in order
+    ]
 
 
 def top_sequences(rows: dict[str, list], label: str, count: int = 10) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 
@@ -10,25 +11,60 @@ def _fmt_log10(value: float | None) -> str:
     return "-inf" if value is None else f"{value:.1f}"
 
 
+def inline_diff(target: str, candidate: str) -> str:
+    """Character diff of a candidate against its target: [-missing-]{+added+}, whitespace folded."""
+    target, candidate = " ".join(target.split()), " ".join(candidate.split())
+    parts = []
+    for op, a0, a1, b0, b1 in difflib.SequenceMatcher(None, target, candidate, autojunk=False).get_opcodes():
+        if op == "equal":
+            parts.append(target[a0:a1])
+            continue
+        if a1 > a0:
+            parts.append(f"[-{target[a0:a1]}-]")
+        if b1 > b0:
+            parts.append(f"{{+{candidate[b0:b1]}+}}")
+    return "".join(parts)
+
+
+def _cbs_cell(stats: dict[str, Any] | None) -> str:
+    """'Lev<=5: 40% (0: 30%)': the CBS rate at the run's ε and at ε = 0."""
+    if not stats:
+        return "-"
+    rates = stats["rate"][stats["distance"]]
+    top = max(rates, key=int)
+    short = "Lev" if stats["distance"] == "levenshtein" else "Ham"
+    return f"{short}<={top}: {rates[top]:.0%} (0: {rates['0']:.0%})"
+
+
 def summary_table(summary: dict[str, Any]) -> str:
     """Rates per dataset and policy, greedy rates and the top sequences as aligned text."""
     tau = summary["tau_min"]
-    header = ["dataset", "role", "windows", "policy", f"p_z >= {tau:g}", "median log10 p_z", "max log10 p_z", "greedy exact", "greedy Lev<=5"]
+    header = [
+        "dataset", "role", "windows", "policy", f"p_z >= {tau:g}", "median log10 p_z", "max log10 p_z",
+        "greedy exact", "greedy Lev<=5", "CBS near-verbatim",
+    ]
     lines = []
     for name, entry in summary["datasets"].items():
         greedy = entry.get("greedy")
         greedy_exact = f"{greedy['exact']}/{entry['examples']}" if greedy else "-"
         greedy_near = f"{greedy['near_verbatim_rate']['levenshtein']['5']:.0%}" if greedy else "-"
+        near = _cbs_cell(entry.get("cbs"))
         for label, stats in (entry.get("probabilistic") or {"-": None}).items():
             lines.append([
                 name, entry["role"], str(entry["examples"]), label,
                 f"{stats['extractable']}/{entry['examples']} ({stats['rate']:.0%})" if stats else "-",
                 _fmt_log10(stats["median_log10_p"]) if stats else "-",
                 _fmt_log10(stats["max_log10_p"]) if stats else "-",
-                greedy_exact, greedy_near,
+                greedy_exact, greedy_near, near,
             ])
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *lines]]
+    unlocked = summary.get("top_unlocked") or []
+    if unlocked:
+        out += ["", "Top sequences unlocked by near-verbatim extraction (p_z < tau_min <= CBS lower bound):"]
+        for item in unlocked[:5]:
+            out.append(f"  log10 p_z {item['log10_p']:7.2f}  log10 LB {item['log10_lower_bound']:6.2f}  {item['dataset']}")
+            out.append("    " + inline_diff(item["suffix_text"], item["best_candidate"] or ""))
     top = summary.get("top_sequences") or []
     if top:
         out += ["", f"Top sequences by p_z ({top[0]['policy']}):"]

@@ -1,0 +1,1 @@
+"""Self-contained demo: a tiny model trained on a corpus with planted duplicated passages."""

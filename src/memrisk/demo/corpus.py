@@ -1,0 +1,318 @@
+"""Deterministic demo corpus: standard-library prose with planted duplicated passages."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import random
+import re
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
+
+DUPLICATION_COUNTS: tuple[int, ...] = (1, 4, 16, 64)
+PASSAGES_PER_COUNT = 8
+HELDOUT_PASSAGES = 32
+MIN_PASSAGE_CHARS = 600
+MAX_PASSAGE_CHARS = 900
+MIN_DOCUMENT_CHARS = 200
+MAX_DOCUMENT_CHARS = 1500
+SHINGLE_WORDS = 12
+
+SOURCE_MODULES: tuple[str, ...] = (
+    "abc",
+    "argparse",
+    "ast",
+    "asyncio",
+    "base64",
+    "bisect",
+    "builtins",
+    "bz2",
+    "calendar",
+    "cmath",
+    "codecs",
+    "collections",
+    "concurrent.futures",
+    "configparser",
+    "contextlib",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "dis",
+    "doctest",
+    "email.message",
+    "email.utils",
+    "enum",
+    "fnmatch",
+    "fractions",
+    "ftplib",
+    "functools",
+    "gettext",
+    "glob",
+    "graphlib",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html.parser",
+    "http.client",
+    "http.server",
+    "imaplib",
+    "importlib",
+    "inspect",
+    "io",
+    "ipaddress",
+    "itertools",
+    "json",
+    "locale",
+    "logging",
+    "lzma",
+    "mailbox",
+    "math",
+    "mimetypes",
+    "multiprocessing.pool",
+    "numbers",
+    "operator",
+    "optparse",
+    "os",
+    "pathlib",
+    "pdb",
+    "pickle",
+    "poplib",
+    "pprint",
+    "queue",
+    "random",
+    "re",
+    "sched",
+    "secrets",
+    "selectors",
+    "shlex",
+    "shutil",
+    "smtplib",
+    "socket",
+    "sqlite3",
+    "ssl",
+    "statistics",
+    "string",
+    "struct",
+    "subprocess",
+    "sys",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "timeit",
+    "tokenize",
+    "traceback",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "urllib.request",
+    "uuid",
+    "warnings",
+    "weakref",
+    "xml.dom.minidom",
+    "xml.etree.ElementTree",
+    "zipfile",
+    "zoneinfo",
+)
+
+_CODE_CHARS = frozenset("{}[]()=<>_*|\\#@$%^~`")
+
+
+@dataclass(frozen=True)
+class PlantedPassage:
+    """A passage planted in the training documents ``copies`` times."""
+
+    text: str
+    copies: int
+
+
+@dataclass(frozen=True)
+class DemoCorpus:
+    """Training documents plus the planted and held-out passages used as ground truth."""
+
+    training_documents: list[str]
+    planted: list[PlantedPassage]
+    heldout: list[str]
+    seed: int = 0
+
+    def fingerprint(self) -> str:
+        """Return a sha256 hex digest of the corpus content and seed (a cache key)."""
+        payload = {
+            "seed": self.seed,
+            "training_documents": self.training_documents,
+            "planted": [[p.text, p.copies] for p in self.planted],
+            "heldout": self.heldout,
+        }
+        return hashlib.sha256(json.dumps(payload).encode("utf-8")).hexdigest()
+
+
+def build_demo_corpus(seed: int = 0) -> DemoCorpus:
+    """Build the demo corpus deterministically for ``seed``."""
+    documents = _source_documents()
+    candidates = _passage_candidates(documents)
+    needed = PASSAGES_PER_COUNT * len(DUPLICATION_COUNTS) + HELDOUT_PASSAGES
+    if len(candidates) < needed:
+        raise RuntimeError(f"only {len(candidates)} distinct passages found, {needed} needed")
+    rng = random.Random(seed)
+    sources = sorted(candidates)
+    rng.shuffle(sources)
+    chosen = sources[:needed]
+    planted_sources = chosen[: needed - HELDOUT_PASSAGES]
+    planted = [
+        PlantedPassage(text=candidates[source], copies=DUPLICATION_COUNTS[index // PASSAGES_PER_COUNT])
+        for index, source in enumerate(planted_sources)
+    ]
+    heldout = [candidates[source] for source in chosen[needed - HELDOUT_PASSAGES :]]
+    excluded = set(chosen)
+    training = sorted(doc for doc in documents if doc not in excluded)
+    training += [p.text for p in planted for _ in range(p.copies)]
+    rng.shuffle(training)
+    return DemoCorpus(training_documents=training, planted=planted, heldout=heldout, seed=seed)
+
+
+def _source_documents() -> list[str]:
+    """Return de-duplicated prose documents from docstrings, help topics and the licence."""
+    raw = [doc for name in SOURCE_MODULES for doc in _module_docstrings(name)]
+    raw += _help_topics() + _license_texts()
+    seen: set[str] = set()
+    unique = []
+    for text in raw:
+        for doc in _group_paragraphs(_prose_paragraphs(text)):
+            key = _normalise(doc)
+            if len(doc) >= MIN_DOCUMENT_CHARS and key not in seen:
+                seen.add(key)
+                unique.append(doc)
+    return unique
+
+
+def _import_quietly(name: str) -> ModuleType | None:
+    """Import a module by name, returning None if it is unavailable."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return importlib.import_module(name)
+        except Exception:
+            return None
+
+
+def _module_docstrings(name: str) -> Iterator[str]:
+    """Yield docstrings of a module and of the classes, functions and methods it defines."""
+    module = _import_quietly(name)
+    if module is None:
+        return
+    yield module.__doc__ or ""
+    for _, member in sorted(vars(module).items()):
+        if getattr(member, "__module__", None) != module.__name__ or not _has_own_doc(member):
+            continue
+        yield member.__doc__ or ""
+        if inspect.isclass(member):
+            for _, attribute in sorted(vars(member).items()):
+                if _has_own_doc(attribute):
+                    yield attribute.__doc__ or ""
+
+
+def _has_own_doc(obj: object) -> bool:
+    """Tell whether ``obj`` is a class, routine or descriptor carrying its own docstring."""
+    documented = inspect.isclass(obj) or inspect.isroutine(obj) or isinstance(obj, (property, classmethod, staticmethod))
+    return documented and isinstance(getattr(obj, "__doc__", None), str)
+
+
+def _help_topics() -> list[str]:
+    """Return the texts of the interactive help topics (language reference), if installed."""
+    topics = _import_quietly("pydoc_data.topics")
+    return [] if topics is None else [text for _, text in sorted(topics.topics.items())]
+
+
+def _license_texts() -> list[str]:
+    """Return the Python licence text as a one-element list, or an empty list if not found."""
+    here = os.path.dirname(os.__file__)
+    for directory in (os.path.join(here, os.pardir), here):
+        for filename in ("LICENSE.txt", "LICENSE"):
+            path = os.path.join(directory, filename)
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    return [handle.read()]
+    return []
+
+
+def _prose_paragraphs(text: str) -> list[str]:
+    """Split text into whitespace-normalised prose paragraphs, dropping any block with code."""
+    paragraphs = []
+    for block in re.split(r"\n[ \t]*\n", inspect.cleandoc(text)):
+        paragraph = " ".join(block.split())
+        if block[:1].isspace() or not all(map(_is_prose_line, block.splitlines())):
+            continue
+        if _looks_like_prose(paragraph):
+            paragraphs.append(paragraph)
+    return paragraphs
+
+
+def _is_prose_line(line: str) -> bool:
+    """Tell whether a line is prose rather than a doctest, directive or symbol-heavy code."""
+    stripped = line.strip()
+    if stripped.startswith((">>>", "...", "$ ", "::")) or stripped.endswith("::"):
+        return False
+    return sum(char in _CODE_CHARS for char in stripped) <= 0.1 * len(stripped)
+
+
+def _looks_like_prose(paragraph: str) -> bool:
+    """Tell whether a paragraph is a sentence-like run of mostly alphabetic words."""
+    if len(paragraph) < 40 or len(paragraph.split()) < 6:
+        return False
+    letters = sum(char.isalpha() or char.isspace() for char in paragraph)
+    return letters >= 0.85 * len(paragraph)
+
+
+def _group_paragraphs(paragraphs: list[str]) -> list[str]:
+    """Join consecutive paragraphs into documents of at most MAX_DOCUMENT_CHARS where possible."""
+    documents: list[str] = []
+    current: list[str] = []
+    for paragraph in paragraphs:
+        if current and len("\n".join([*current, paragraph])) > MAX_DOCUMENT_CHARS:
+            documents.append("\n".join(current))
+            current = []
+        current.append(paragraph)
+    if current:
+        documents.append("\n".join(current))
+    return documents
+
+
+def _normalise(text: str) -> str:
+    """Return a lower-cased, punctuation-free form of text for duplicate detection."""
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def _shingles(text: str) -> set[tuple[str, ...]]:
+    """Return the set of SHINGLE_WORDS-word windows of the normalised text."""
+    words = _normalise(text).split()
+    return {tuple(words[i : i + SHINGLE_WORDS]) for i in range(max(1, len(words) - SHINGLE_WORDS + 1))}
+
+
+def _trim(text: str) -> str | None:
+    """Cut text at the first sentence end past MIN_PASSAGE_CHARS, or None if it cannot fit."""
+    if len(text) < MIN_PASSAGE_CHARS:
+        return None
+    match = re.compile(r"[.!?](?=\s)|[.!?]$").search(text, MIN_PASSAGE_CHARS - 1)
+    end = match.end() if match else len(text)
+    return text[:end] if end <= MAX_PASSAGE_CHARS else None
+
+
+def _passage_candidates(documents: list[str]) -> dict[str, str]:
+    """Map each source document to its trimmed passage if no other document shares a shingle."""
+    document_frequency = Counter(shingle for doc in documents for shingle in _shingles(doc))
+    candidates = {}
+    for doc in documents:
+        passage = _trim(doc)
+        if passage is not None and all(document_frequency[s] == 1 for s in _shingles(passage)):
+            candidates[doc] = passage
+    return candidates
