@@ -182,3 +182,29 @@ def test_missing_and_malformed_config_files(tmp_path, capsys) -> None:
     assert cli.main(["run", str(tmp_path / "typo.yaml")]) == 2
     err = capsys.readouterr().err
     assert "not found" in err and "not valid YAML" in err and "policys" in err
+
+
+def test_cbs_method_writes_bounds_masses_and_summary(tmp_path, model_dir) -> None:
+    cbs = {"beam_width": 3, "epsilon": 2, "stored_candidates": 2, "char_epsilons": [0, 3]}
+    config = load_config(write_config(tmp_path, model_dir, methods=["probabilistic", "greedy", "cbs"], cbs=cbs))
+    summary = run_experiment(config, tmp_path / "out", progress=False)
+    for row in records(tmp_path / "out"):
+        for distance in ("levenshtein", "hamming"):
+            lower, upper = row[f"cbs_lower.{distance}"], row[f"cbs_upper.{distance}"]
+            assert len(lower) == 3 and lower == sorted(lower)
+            assert all(lo <= up + 1e-12 for lo, up in zip(lower, upper))
+        assert row["cbs_token_evals"] <= 6 + (5 - 1) * 3
+        assert len(row["cbs_top"]) <= 2 and len(row["cbs_log_p"]) == len(row["cbs_levenshtein"])
+        assert all(d <= 2 for d in row["cbs_levenshtein"])
+        assert row["cbs_stop"] in ("completed", "no_viable", "tau_min")
+        assert len(row["cbs_char_levenshtein_mass"]) == 2
+    stats = summary["datasets"]["story"]["cbs"]
+    assert stats["distance"] == "levenshtein" and set(stats["rate"]["levenshtein"]) == {"0", "1", "2"}
+    assert sum(stats["stops"].values()) == summary["datasets"]["story"]["examples"]
+    assert stats["recovery"]["teacher_forced"] == summary["datasets"]["story"]["probabilistic"]["topk3"]["extractable"]
+
+
+def test_cbs_policy_must_be_configured(tmp_path, model_dir, capsys) -> None:
+    path = write_config(tmp_path, model_dir, methods=["cbs"], cbs={"policy": "nucleus"})
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "cbs.policy 'nucleus' is not one of the policies" in capsys.readouterr().err
