@@ -11,6 +11,7 @@ from memrisk.extraction.discoverable import (
     p_reached,
     rate_table,
 )
+from memrisk.extraction.montecarlo import MonteCarloResult, monte_carlo, wilson_interval
 from memrisk.extraction.greedy import GreedyResult, greedy_extraction
 from memrisk.extraction.probabilistic import VerbatimScores, verbatim_logprob, verbatim_scores
 from memrisk.models.backend import LanguageModel, load_model
@@ -26,15 +27,18 @@ __all__ = [
     "GreedyResult",
     "LanguageModel",
     "MemriskError",
+    "MonteCarloResult",
     "RateTable",
     "VerbatimScores",
     "greedy_extraction",
     "is_extractable",
     "load_model",
+    "monte_carlo",
     "log_n_required",
     "n_required",
     "p_reached",
     "rate_table",
     "verbatim_logprob",
     "verbatim_scores",
+    "wilson_interval",
 ]

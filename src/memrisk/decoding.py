@@ -105,12 +105,20 @@ class DecodingPolicy:
         nucleus_mass = torch.logsumexp(sorted_log_p.masked_fill(~in_nucleus, float("-inf")), dim=-1)
         return torch.where(ahead < size, target - normaliser.squeeze(-1) - nucleus_mass, float("-inf"))
 
-    def sample(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Draw one token id per row of `logits` ([..., V] -> [...]) from the policy."""
-        probs = self.log_probs(logits).exp()
-        flat = probs.reshape(-1, probs.shape[-1])
-        drawn = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
-        return drawn.reshape(probs.shape[:-1])
+    def sample(
+        self, logits: torch.Tensor, generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Draw one token id per row of `logits` ([..., V] -> [...]) from the policy.
+
+        Inverse-CDF sampling: each row consumes one uniform number, taken from `uniforms` when
+        given (so callers can make draws independent of batch composition) or from `generator`.
+        """
+        cdf = torch.cumsum(self.log_probs(logits).exp().double(), dim=-1)
+        if uniforms is None:
+            uniforms = torch.rand(cdf.shape[:-1], generator=generator, dtype=torch.float64, device="cpu")
+        points = uniforms.to(cdf.device, torch.float64).unsqueeze(-1) * cdf[..., -1:]
+        drawn = torch.searchsorted(cdf, points, right=True).squeeze(-1)
+        return drawn.clamp(max=cdf.shape[-1] - 1)
 
 
 def top_k_mask(logits: torch.Tensor, k: int) -> torch.Tensor:
