@@ -29,11 +29,15 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
+    from memrisk.report.html import write_report
     from memrisk.report.text import summary_table
     from memrisk.runner import rebuild_summary
 
-    for folder in args.dirs:
-        print(summary_table(rebuild_summary(Path(folder))))
+    folders = [Path(folder) for folder in args.dirs]
+    for folder in folders:
+        print(summary_table(rebuild_summary(folder)))
+    path = write_report(folders, Path(args.out) if args.out else None)
+    print(f"\nreport written to {path} (figures in {path.parent / 'figures'}/)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,8 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="discard records made under a different config and start again")
     run.set_defaults(handler=_run)
 
-    report = sub.add_parser("report", help="rebuild the summary of stored runs from their records")
-    report.add_argument("dirs", nargs="+", help="run folders")
+    report = sub.add_parser(
+        "report", help="rebuild summary.json of stored runs and write report.html (a comparison when several)"
+    )
+    report.add_argument("dirs", nargs="+", help="run folders; the report goes into the first one")
+    report.add_argument("--out", help="write report.html and figures/ into this folder instead")
     report.set_defaults(handler=_report)
     return parser
 

@@ -1,0 +1,244 @@
+"""Report figures (CBS paper §F.1) drawn with matplotlib's Agg canvas; `render` gives PNG and SVG bytes.
+
+Figures are built on `matplotlib.figure.Figure` (no pyplot state). Text that comes from
+configs or corpora is passed through `plain`, so a '$' never turns into mathtext.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from itertools import cycle
+from typing import Any
+
+import matplotlib
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from memrisk.report.metrics import CCDF_POINTS, BookHeatmap, categories, max_pool
+
+COLOURS = {"blue": "#1f77b4", "orange": "#ff7f0e", "red": "#d62728"}
+SERIES = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+METHOD_STYLE = {"greedy": ("o", "-"), "cbs": ("s", "-"), "probabilistic": ("", "--")}
+RASTERIZE_ABOVE = 2000
+HEATMAP_BINS = 2000
+
+
+def plain(text: object) -> str:
+    """Text shown literally by matplotlib ('$' escaped so it is not parsed as mathtext)."""
+    return str(text).replace("$", r"\$")
+
+
+def new_figure(width: float = 6.4, height: float = 4.2) -> Figure:
+    """A figure on an Agg canvas."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def render(fig: Figure) -> tuple[bytes, bytes]:
+    """PNG and SVG bytes of a figure, without timestamps; the layout is computed once, for the PNG."""
+    png, svg = io.BytesIO(), io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "memrisk"}):
+        fig.savefig(png, format="png", dpi=110, metadata={"Software": None})
+        fig.set_layout_engine("none")
+        fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
+    return png.getvalue(), svg.getvalue()
+
+
+def _no_data(ax: Axes, message: str) -> None:
+    """Mark an empty panel with a message instead of axes."""
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#555")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _power_ticks(ax: Axes, axis: str) -> None:
+    """Label a log10-valued axis as powers of ten."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(MaxNLocator(integer=True, nbins=7))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"$10^{{{int(round(v))}}}$"))
+
+
+def scatter_figure(log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: str) -> Figure:
+    """LB_E against p_z on log–log axes for the extracted sequences, coloured red / orange / blue.
+
+    p_z = 0 (and LB = 0) are drawn on a floor one decade below the smallest value on that axis.
+    """
+    fig = new_figure(6.0, 5.0)
+    ax = fig.add_subplot()
+    kind = categories(log_p, lower_top, tau)
+    shown = kind != "none"
+    if not shown.any():
+        _no_data(ax, "no sequence has p_z or the lower bound ≥ τ_min")
+        return fig
+    log_tau = np.log10(tau)
+    with np.errstate(divide="ignore"):
+        x = np.asarray(log_p, dtype=np.float64)[shown] / np.log(10.0)
+        y = np.log10(np.asarray(lower_top, dtype=np.float64)[shown])
+    floor_x, floor_y = (np.floor(min(v[np.isfinite(v)].min(initial=log_tau), log_tau)) - 1.0 for v in (x, y))
+    x, y = np.where(np.isfinite(x), x, floor_x), np.where(np.isfinite(y), y, floor_y)
+    many = shown.sum() > RASTERIZE_ABOVE
+    names = {"blue": "verbatim-extractable (p_z ≥ τ)", "orange": "unlocked, 0 < p_z < τ", "red": "unlocked, p_z = 0"}
+    for name, text in names.items():
+        mask = kind[shown] == name
+        ax.scatter(x[mask], y[mask], s=10, alpha=0.7, color=COLOURS[name], label=f"{text} ({mask.sum()})", rasterized=many)
+    low = min(floor_x, floor_y)
+    ax.plot([low, 0.0], [low, 0.0], ls="--", color="black", lw=0.8, label="y = x")
+    ax.axvline(log_tau, ls=":", color="grey", lw=1.0, label=f"τ_min = {tau:g}")
+    ax.axhline(log_tau, ls=":", color="grey", lw=1.0)
+    ax.axvline(floor_x, ls="-", color="#bbb", lw=0.6)
+    ax.axhline(floor_y, ls="-", color="#bbb", lw=0.6)
+    ax.text(floor_x, 0.98, " 0", color="#777", fontsize=8, va="top", transform=ax.get_xaxis_transform())
+    ax.text(0.01, floor_y, "0", color="#777", fontsize=8, va="bottom", transform=ax.get_yaxis_transform())
+    ax.set_xlim(floor_x - 0.5, 0.3)
+    ax.set_ylim(floor_y - 0.5, 0.3)
+    _power_ticks(ax, "x")
+    _power_ticks(ax, "y")
+    ax.set_xlabel("verbatim p_z (teacher forcing)")
+    ax.set_ylabel(f"near-verbatim lower bound {plain(label)}")
+    ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def ccdf_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], label: str) -> Figure:
+    """CCDF of per-sequence mass gain, one step curve per series; y = share of all sequences."""
+    fig = new_figure()
+    ax = fig.add_subplot()
+    drawn = {name: xy for name, xy in curves.items() if xy[0].size}
+    if not drawn:
+        _no_data(ax, "no sequence has a positive mass gain")
+        return fig
+    left = min(float(x[0]) for x, _ in drawn.values()) / 3.0
+    for colour, (name, (x, y)) in zip(cycle(SERIES), drawn.items()):
+        ax.step(np.concatenate([[left], x]), 100.0 * np.concatenate([[y[0]], y]), where="pre", color=colour, label=plain(name))
+    for point in CCDF_POINTS:
+        ax.axvline(point, ls=":", color="grey", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"mass gain Δ = {plain(label)} − p_z")
+    ax.set_ylabel("% of all sequences with gain ≥ Δ")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def shell_heatmap_figure(shares: np.ndarray) -> Figure:
+    """Per extracted sequence (rows, sorted by verbatim share) the share of each ε-shell (columns)."""
+    fig = new_figure(5.0, 5.0)
+    ax = fig.add_subplot()
+    if not shares.shape[0]:
+        _no_data(ax, "no near-verbatim extracted sequence")
+        return fig
+    order = np.argsort(-shares[:, 0], kind="stable")
+    image = ax.imshow(shares[order], aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="antialiased")
+    fig.colorbar(image, ax=ax, label="share of LB_E")
+    ax.set_xticks(range(shares.shape[1]))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("ε-shell (0 = verbatim p_z)")
+    ax.set_ylabel(f"{shares.shape[0]} extracted sequences, by verbatim share")
+    return fig
+
+
+def shell_violin_figure(shares: np.ndarray, medians: Sequence[float | None]) -> Figure:
+    """Distribution of each ε-shell's share over the extracted sequences, medians annotated."""
+    fig = new_figure()
+    ax = fig.add_subplot()
+    if not shares.shape[0]:
+        _no_data(ax, "no near-verbatim extracted sequence")
+        return fig
+    for eps in range(shares.shape[1]):
+        column = shares[:, eps]
+        if np.unique(column).size > 1:
+            parts = ax.violinplot([column], positions=[eps], widths=0.8, showextrema=False)
+            for body in parts["bodies"]:
+                body.set_alpha(0.5)
+        else:
+            ax.scatter([eps], [column[0]], marker="_", s=300, color=SERIES[0])
+        median = medians[eps]
+        if median is not None:
+            ax.scatter([eps], [median], color="black", s=12, zorder=3)
+            ax.annotate(f"{median:.1%}", (eps, median), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xticks(range(shares.shape[1]))
+    ax.set_xlabel("ε-shell (0 = verbatim share p_z / LB_E)")
+    ax.set_ylabel("share of LB_E")
+    return fig
+
+
+def _rate_series(ax: Axes, rates: Mapping[str, Any], name: str, colour: str) -> bool:
+    """Draw one series' greedy, CBS and probabilistic rates against ε; False when it has no sequences."""
+    if not rates["count"]:
+        return False
+    eps = rates["epsilons"]
+    for method in ("greedy", "cbs"):
+        if method in rates:
+            marker, style = METHOD_STYLE[method]
+            values = [100.0 * v for v in rates[method]]
+            ax.plot(eps, values, marker=marker, ls=style, color=colour, label=f"{plain(name)}: {method}")
+    if rates.get("probabilistic") is not None:
+        ax.axhline(100.0 * rates["probabilistic"], ls="--", color=colour, lw=1.0, label=f"{plain(name)}: p_z ≥ τ (verbatim)")
+    return True
+
+
+def rates_figure(panels: Mapping[str, Mapping[str, Mapping[str, Any]]], tau: float) -> Figure:
+    """Extraction rate against ε: one panel per key, one colour per series (greedy, CBS, probabilistic)."""
+    fig = new_figure(6.4 * len(panels), 4.4)
+    for ax, (title, series) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
+        drawn = [_rate_series(ax, rates, name, colour) for colour, (name, rates) in zip(cycle(SERIES), series.items())]
+        if not any(drawn):
+            _no_data(ax, "no sequences")
+            continue
+        ax.set_title(plain(title))
+        ax.set_xlabel("ε (edit distance allowed)")
+        ax.set_ylabel(f"extraction rate, % (τ_min = {tau:g})")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(bottom=0.0)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def np_curves_figure(panels: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """(n,p)-extraction rate against n for each p, with the greedy verbatim rate as a line."""
+    fig = new_figure(6.4 * len(panels), 4.4)
+    for ax, (title, curves) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
+        if not curves["count"]:
+            _no_data(ax, "no sequences")
+            continue
+        for colour, p in zip(SERIES, curves["p_grid"]):
+            ax.plot(curves["n_grid"], [100.0 * r for r in curves["rates"][f"{p:g}"]], color=colour, label=f"p = {p:g}")
+        if curves["greedy"] is not None:
+            ax.axhline(100.0 * curves["greedy"], color="black", ls="--", lw=1.0, label="greedy (verbatim)")
+        ax.axhline(100.0 * curves["max_rate"], color="grey", ls=":", lw=1.0, label="max rate (p_z > 0)")
+        ax.set_xscale("log")
+        ax.set_title(plain(title))
+        ax.set_xlabel("n (number of generations)")
+        ax.set_ylabel("(n,p)-extraction rate, %")
+        ax.legend(fontsize=7)
+    return fig
+
+
+def book_heatmap_figure(heatmaps: Sequence[BookHeatmap], tau: float, label: str) -> Figure:
+    """Per document, strips of the max verbatim and near-verbatim probability per character (white < τ)."""
+    rows = [(h, name, values) for h in heatmaps for name, values in (("p_z", h.verbatim), (label, h.near_verbatim)) if values is not None]
+    fig = new_figure(9.0, 0.9 + 0.55 * max(len(rows), 1))
+    if not rows:
+        _no_data(fig.add_subplot(), "no probabilities to map")
+        return fig
+    cmap = matplotlib.colormaps["Blues"].with_extremes(under="white", bad="white")
+    norm = LogNorm(vmin=tau, vmax=1.0)
+    axes = fig.subplots(len(rows), 1, squeeze=False)[:, 0]
+    image = None
+    for ax, (heatmap, name, values) in zip(axes, rows):
+        pooled = max_pool(values, HEATMAP_BINS)
+        masked = np.ma.masked_less_equal(pooled, 0.0)
+        image = ax.imshow(masked[None, :], aspect="auto", cmap=cmap, norm=norm, interpolation="nearest", extent=(0, values.size, 0, 1))
+        ax.set_yticks([])
+        ax.set_ylabel(plain(name), rotation=0, ha="right", va="center", fontsize=8)
+        ax.set_title(plain(f"{heatmap.dataset} / {heatmap.doc_id} ({heatmap.windows} windows)"), fontsize=8, loc="left")
+        ax.tick_params(axis="x", labelsize=7)
+    axes[-1].set_xlabel("character position")
+    fig.colorbar(image, ax=list(axes), label="max probability", extend="min")
+    return fig

@@ -1,0 +1,473 @@
+"""The HTML report: one self-contained page (figures as base64 PNG) written through the run's RecordStore.
+
+All markup is built with `tag`, which escapes every child that is not itself markup, so text
+from corpora, model outputs, configs and file names is always shown literally.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import difflib
+import html
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from matplotlib.figure import Figure
+
+from memrisk.config import ExperimentConfig, parse_config
+from memrisk.errors import MemriskError
+from memrisk.report import figures, metrics
+from memrisk.runner import WINDOWS
+from memrisk.store import CONFIG, RecordStore
+
+REPORT = "report.html"
+VERSIONS = "versions.json"
+TOP_ROWS = 10
+LIST_LIMIT = 50
+HEATMAP_DOCUMENTS = 6
+PREFIX_TAIL = 120
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}
+th{background:#f3f3f3;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+figure{display:inline-block;margin:.5em;vertical-align:top}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.85em;color:#555;max-width:640px}.note{color:#555;font-size:.9em}
+.text{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:.85em}.prefix{color:#888}
+.match{background:#e6f4ea}.missing{background:#fbe3e4;text-decoration:line-through;color:#a40000}
+.added{background:#fff3c4;color:#7a4d00}.label{font-weight:600;font-size:.8em;color:#555}
+"""
+
+
+class Html(str):
+    """A fragment of markup built here (anything else is escaped before it is inserted)."""
+
+
+def escape(value: object) -> Html:
+    """Markup as is; any other value as escaped text."""
+    return value if isinstance(value, Html) else Html(html.escape(str(value), quote=True))
+
+
+def tag(name: str, *children: object, **attrs: object) -> Html:
+    """An element with escaped attributes and children (`class_` for `class`)."""
+    attributes = "".join(f' {key.rstrip("_")}="{html.escape(str(v), quote=True)}"' for key, v in attrs.items())
+    return Html(f"<{name}{attributes}>{''.join(escape(c) for c in children)}</{name}>")
+
+
+def join(parts: Iterable[object]) -> Html:
+    """Concatenate fragments (text parts escaped)."""
+    return Html("".join(escape(p) for p in parts))
+
+
+def table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> Html:
+    """A table; numbers are right-aligned."""
+    def cell(value: object) -> Html:
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return tag("td", value, class_="num") if numeric else tag("td", value)
+
+    head = tag("tr", *(tag("th", h) for h in header))
+    return tag("table", head, *(tag("tr", *(cell(v) for v in row)) for row in rows))
+
+
+def note(text: str) -> Html:
+    """A muted paragraph."""
+    return tag("p", text, class_="note")
+
+
+def pct(value: float | None) -> str:
+    """A rate as a percentage, '—' when undefined."""
+    return "—" if value is None else f"{100.0 * value:.2f}%"
+
+
+def count_rate(count: int, total: int) -> str:
+    """'k/n (x%)'."""
+    return f"{count}/{total} ({pct(metrics.fraction(count, total))})"
+
+
+def capped(items: Sequence[str]) -> str:
+    """A comma-separated list, shortened to LIST_LIMIT items."""
+    more = f" … and {len(items) - LIST_LIMIT} more" if len(items) > LIST_LIMIT else ""
+    return (", ".join(items[:LIST_LIMIT]) or "none") + more
+
+
+def diff_html(target: str, candidate: str) -> Html:
+    """Character diff of a candidate against its target: matched, missing and added spans."""
+    parts = []
+    for op, a0, a1, b0, b1 in difflib.SequenceMatcher(None, target, candidate, autojunk=False).get_opcodes():
+        if op == "equal":
+            parts.append(tag("span", target[a0:a1], class_="match"))
+            continue
+        if a1 > a0:
+            parts.append(tag("span", target[a0:a1], class_="missing", title="in the target, not generated"))
+        if b1 > b0:
+            parts.append(tag("span", candidate[b0:b1], class_="added", title="generated, not in the target"))
+    return tag("div", *parts, class_="text")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder, loaded for reporting."""
+
+    store: RecordStore
+    label: str
+    config: ExperimentConfig
+    versions: dict[str, Any]
+    windows: dict[str, Any]
+    table: pa.Table
+    arrays: metrics.RunArrays
+
+    @property
+    def tau(self) -> float:
+        """τ_min of the run."""
+        return self.config.tau_min
+
+    @property
+    def near_label(self) -> str:
+        """Name of the near-verbatim lower bound, e.g. 'LB_5 (levenshtein)'."""
+        return f"LB_{self.config.cbs.epsilon} ({metrics.cbs_distance(self.config)})"
+
+    @property
+    def near_verbatim(self) -> bool:
+        """Whether the run has both p_z and CBS bounds."""
+        return self.arrays.log_p is not None and self.arrays.lower is not None
+
+    def role(self, role: str) -> metrics.RunArrays:
+        """The sequences of one role."""
+        return self.arrays.subset(self.arrays.role == role)
+
+    def row(self, index: int) -> dict[str, Any]:
+        """One record as a dict."""
+        return self.table.slice(int(index), 1).to_pylist()[0]
+
+
+def _optional_json(store: RecordStore, name: str) -> dict[str, Any]:
+    """A JSON file of the run folder, or {} when the run has none."""
+    return store.read_json(name) if (store.root / name).is_file() else {}
+
+
+def load_run(folder: Path) -> Run:
+    """Read a run folder's config, provenance and records (labelled by its model name)."""
+    store = RecordStore.existing(folder)
+    config = parse_config(store.read_yaml(CONFIG))
+    records = store.read_records()
+    return Run(store, config.model.name, config, _optional_json(store, VERSIONS), _optional_json(store, WINDOWS),
+               records, metrics.run_arrays(records, config))
+
+
+def labelled(runs: Sequence[Run]) -> list[Run]:
+    """Runs whose labels are unique: a model name shared by several runs gets the folder name."""
+    names = [r.label for r in runs]
+    return [dataclasses.replace(r, label=f"{r.label} [{r.store.root.name}]") if names.count(r.label) > 1 else r for r in runs]
+
+
+@dataclass(frozen=True)
+class Picture:
+    """A rendered figure: file stem, caption and bytes."""
+
+    name: str
+    caption: str
+    png: bytes
+    svg: bytes
+
+
+def picture(name: str, caption: str, fig: Figure) -> Picture:
+    """Render a matplotlib figure into a Picture."""
+    png, svg = figures.render(fig)
+    return Picture(name, caption, png, svg)
+
+
+def figure_html(pic: Picture) -> Html:
+    """The figure inline as base64 PNG, with its caption and a link to the SVG file."""
+    src = "data:image/png;base64," + base64.b64encode(pic.png).decode("ascii")
+    img = Html(f'<img src="{src}" alt="{html.escape(pic.caption, quote=True)}">')
+    return tag("figure", img, tag("figcaption", pic.caption, " ", tag("a", "SVG", href=f"figures/{pic.name}.svg")))
+
+
+def signature(run: Run) -> Html:
+    """The configuration that produced the records, and the software that ran it."""
+    c, model, policy = run.config, run.versions.get("model", {}), run.config.cbs_policy()
+    window = f"{c.windows.mode} mode, a = {c.windows.prefix_length}, T = {c.windows.suffix_length}"
+    software = " / ".join(str(run.versions.get(k, "—")) for k in ("memrisk", "torch", "transformers"))
+    rows = [
+        ("model", c.model.name),
+        ("revision", c.model.revision or model.get("revision") or "—"),
+        ("commit", model.get("commit_hash") or "—"),
+        ("architecture / dtype", f"{model.get('architecture', '—')} / {model.get('dtype', c.model.dtype)}"),
+        ("policies", ", ".join(f"{p.label} (β={p.temperature:g}, top_k={p.top_k}, top_p={p.top_p})" for p in c.policies)),
+        ("p_z and CBS policy", policy.label),
+        ("methods", ", ".join(c.methods)),
+        ("windows", window + (f", stride {c.windows.stride} characters" if c.windows.mode == "book" else "")),
+        ("CBS", f"B = {c.cbs.beam_width}, k = {policy.top_k or '—'}, ε = {c.cbs.epsilon}, prune = {c.cbs.prune}, "
+                f"τ_min stop = {c.cbs.tau_min_stop}"),
+        ("τ_min", f"{c.tau_min:g}"),
+        ("records", run.arrays.count),
+        ("memrisk / torch / transformers", software),
+        ("folder", str(run.store.root)),
+    ]
+    return table(["setting", "value"], rows)
+
+
+def data_table(run: Run) -> Html:
+    """Documents and windows per dataset, with what windowing skipped."""
+    keys = ("role", "documents", "windows", "skipped_short_documents", "duplicate_windows_removed")
+    header = ["dataset", "role", "documents", "windows", "short documents skipped", "duplicate windows removed"]
+    return table(header, [(name, *(info.get(k, "—") for k in keys)) for name, info in run.windows.items()])
+
+
+def rates_table(run: Run) -> Html:
+    """Per dataset and per role: greedy, probabilistic per policy and CBS rates, with unlocked counts."""
+    a, top = run.arrays, run.config.cbs.epsilon
+    header = ["dataset", "role", "windows"]
+    if a.greedy_exact is not None:
+        header += ["greedy verbatim", f"greedy dist ≤ {top}"]
+    header += [f"p_z ≥ τ ({label})" for label in a.policy_log_p or {}]
+    if a.lower is not None:
+        header += ["CBS LB_0 ≥ τ", f"CBS {run.near_label} ≥ τ"]
+    if run.near_verbatim:
+        header += ["unlocked red", "unlocked orange"]
+    groups = [(d.name, d.role, a.dataset == d.name) for d in run.config.datasets]
+    groups += [(f"all {role}s", role, a.role == role) for role in metrics.ROLES]
+    rows = []
+    for name, role, mask in groups:
+        part, n = a.subset(mask), int(mask.sum())
+        row: list[object] = [name, role, n]
+        if a.greedy_exact is not None:
+            row += [count_rate(int(part.greedy_exact.sum()), n), count_rate(int((part.greedy_distance <= top).sum()), n)]
+        row += [count_rate(s["extractable"], n) for s in metrics.policy_table(part, run.tau).values()]
+        if a.lower is not None:
+            row += [count_rate(int((part.lower[:, e] >= run.tau).sum()), n) for e in (0, -1)]
+        if run.near_verbatim:
+            counts = metrics.unlocked_counts(part.log_p, part.lower[:, -1], run.tau)
+            row += [counts["red"], counts["orange"]]
+        rows.append(row)
+    return table(header, rows)
+
+
+def near_verbatim_tables(run: Run) -> Html:
+    """Target sequences: unlocked counts per ε, mass-gain CCDF points, shell-share medians, verbatim recovery."""
+    t, tau, label = run.role("target"), run.tau, run.near_label
+    gain = metrics.gain_table(t.log_p, t.lower, tau)
+    shares = metrics.shell_shares(t.log_p, t.lower, tau)
+    rec = metrics.recovery(t.example_id, t.log_p, t.lower[:, 0], tau)
+    unlocked = metrics.unlocked_by_epsilon(t.log_p, t.lower, tau)
+    ratio = "—" if rec["ratio"] is None else f"{rec['ratio']:.3f}"
+    return join([
+        tag("h3", "Unlocked target sequences per ε"),
+        table(["ε", "red (p_z = 0)", "orange (0 < p_z < τ)", "blue (p_z ≥ τ)", "unlocked (red + orange)", "sequences"],
+              [(e, u["red"], u["orange"], u["blue"], u["unlocked"], u["total"]) for e, u in enumerate(unlocked)]),
+        tag("h3", f"Mass gain Δ = {label} − p_z"),
+        note(f"Any positive gain: {pct(gain['any_gain'])} of {gain['population_count']} sequences. "
+             f"Extracted set: {label} ≥ τ_min ({gain['extracted_count']} sequences)."),
+        table(["Δ ≥", "% of all sequences", "% of the extracted set"],
+              [(x, pct(gain["population"][x]), pct(gain["extracted"][x])) for x in gain["population"]]),
+        tag("h3", "ε-shell shares of the extracted set"),
+        table(["ε-shell", *range(t.lower.shape[1])], [["median share (0: verbatim share)", *map(pct, metrics.medians(shares))]]),
+        tag("h3", "Recovery of verbatim extraction by CBS"),
+        table(["teacher-forced p_z ≥ τ", "CBS LB_0 ≥ τ", "recovery ratio", "missed by CBS", "found only by CBS"],
+              [(rec["teacher_forced"], rec["cbs_verbatim"], ratio, capped(rec["missed"]), capped(rec["extra"]))]),
+    ])
+
+
+def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
+    """Scatter, mass-gain CCDF and ε-shell figures of the target sequences."""
+    t, tau, label = run.role("target"), run.tau, run.near_label
+    shares = metrics.shell_shares(t.log_p, t.lower, tau)
+    gain = metrics.ccdf_curve(metrics.mass_gain(t.log_p, t.lower[:, -1]))
+    return [
+        picture(f"{prefix}scatter", f"{label} against p_z for target sequences extracted either way (log–log; y = x dashed, "
+                "τ_min dotted; zero drawn on the grey floor line).", figures.scatter_figure(t.log_p, t.lower[:, -1], tau, label)),
+        picture(f"{prefix}ccdf", f"CCDF of the mass gain {label} − p_z over all {t.count} target sequences.",
+                figures.ccdf_figure({run.label: gain}, label)),
+        picture(f"{prefix}shell-heatmap", "Per extracted target sequence, the share of its lower bound in each ε-shell, "
+                "sorted by verbatim share.", figures.shell_heatmap_figure(shares)),
+        picture(f"{prefix}shell-violins", "Distribution of the ε-shell shares over the extracted target sequences; "
+                "dots and labels are medians.", figures.shell_violin_figure(shares, metrics.medians(shares))),
+    ]
+
+
+def run_pictures(run: Run, prefix: str) -> list[Picture]:
+    """Every figure of one run."""
+    a, c, tau = run.arrays, run.config, run.tau
+    roles = {role: run.role(role) for role in metrics.ROLES if (a.role == role).any()}
+    pics = near_verbatim_pictures(run, prefix) if run.near_verbatim else []
+    panels = {"by role": {role: metrics.extraction_rates(part, tau) for role, part in roles.items()}}
+    if 2 < len(c.datasets) <= len(figures.SERIES):
+        panels["by dataset"] = {d.name: metrics.extraction_rates(a.subset(a.dataset == d.name), tau) for d in c.datasets}
+    pics.append(picture(f"{prefix}rates", "Extraction rate against ε: greedy (dist ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim "
+                        "p_z ≥ τ_min (dashed).", figures.rates_figure(panels, tau)))
+    if a.log_p is not None:
+        curves = {role: metrics.np_curves(part.log_p, part.greedy_exact) for role, part in roles.items()}
+        pics.append(picture(f"{prefix}np-curves", f"(n,p)-extraction rates from p_z ({c.cbs_policy().label}); greedy "
+                            "verbatim rate dashed.", figures.np_curves_figure(curves)))
+    if c.windows.mode == "book":
+        maps = metrics.book_heatmaps(a)
+        shown = maps[:HEATMAP_DOCUMENTS]
+        pics.append(picture(f"{prefix}book-heatmap", "Max extraction probability per character over the suffixes covering "
+                            f"it (log scale, white below τ_min = {tau:g}); {len(shown)} of {len(maps)} documents, most "
+                            "windows first.", figures.book_heatmap_figure(shown, tau, run.near_label)))
+    return pics
+
+
+def best_candidate(run: Run, row: dict[str, Any]) -> dict[str, Any] | None:
+    """The most probable stored CBS candidate within ε (else the most probable one)."""
+    top, distance = row.get("cbs_top") or [], metrics.cbs_distance(run.config)
+    return next((cand for cand in top if cand[distance] <= run.config.cbs.epsilon), top[0] if top else None)
+
+
+def sequence_cell(run: Run, row: dict[str, Any]) -> Html:
+    """Prefix tail, then the greedy continuation and the best CBS candidate diffed against the target."""
+    target = row["suffix_text"]
+    parts: list[object] = [tag("div", "…" + row["prefix_text"][-PREFIX_TAIL:], class_="text prefix")]
+    if "greedy_text" in row:
+        parts += [tag("span", f"greedy (Lev {row['greedy_levenshtein']}):", class_="label"), diff_html(target, row["greedy_text"])]
+    cand = best_candidate(run, row)
+    if cand is not None:
+        about = f"p = {math.exp(cand['log_p']):.3g}, Lev {cand['levenshtein']}, Ham {cand['hamming']}"
+        parts += [tag("span", f"best CBS candidate ({about}):", class_="label"), diff_html(target, cand["text"])]
+    if len(parts) == 1:
+        parts += [tag("span", "target suffix:", class_="label"), tag("div", target, class_="text")]
+    return join(parts)
+
+
+def scores_cell(run: Run, index: int) -> Html:
+    """log10 p_z, the near-verbatim lower bound, the red/orange/blue class and greedy exactness of one sequence."""
+    a, lines = run.arrays, []
+    if a.log_p is not None:
+        lines.append(f"log10 p_z {a.log_p[index] / math.log(10.0):.2f}" if np.isfinite(a.log_p[index]) else "p_z = 0")
+    if a.lower is not None:
+        lines.append(f"{run.near_label} {a.lower[index, -1]:.3g}")
+    if run.near_verbatim:
+        lines.append(f"class: {metrics.categories(a.log_p[[index]], a.lower[[index], -1], run.tau)[0]}")
+    if a.greedy_exact is not None:
+        lines.append(f"greedy exact: {bool(a.greedy_exact[index])}")
+    return join(tag("div", line) for line in lines)
+
+
+def sequence_table(run: Run, indices: Iterable[int]) -> Html:
+    """Sequences with their scores and text diffs."""
+    rows = [(run.arrays.example_id[i], run.arrays.dataset[i], scores_cell(run, i), sequence_cell(run, run.row(i))) for i in indices]
+    return table(["example", "dataset", "scores", "text (missing from / added to the target)"], rows)
+
+
+def extracted_mask(a: metrics.RunArrays, tau: float) -> np.ndarray:
+    """Sequences extracted by any method: p_z ≥ τ, LB_E ≥ τ or greedy exact."""
+    mask = np.zeros(a.count, dtype=bool)
+    if a.log_p is not None:
+        mask |= metrics.verbatim_extracted(a.log_p, tau)
+    if a.lower is not None:
+        mask |= a.lower[:, -1] >= tau
+    if a.greedy_exact is not None:
+        mask |= a.greedy_exact
+    return mask
+
+
+def strength(a: metrics.RunArrays) -> np.ndarray:
+    """Sort key: the larger of p_z and LB_E (runs with neither: 1 for greedy exact)."""
+    values = [metrics.probabilities(a.log_p)] if a.log_p is not None else []
+    values += [a.lower[:, -1]] if a.lower is not None else []
+    if not values and a.greedy_exact is not None:
+        values = [a.greedy_exact.astype(np.float64)]
+    return np.max(values, axis=0) if values else np.zeros(a.count)
+
+
+def sequences_section(run: Run) -> Html:
+    """Top extracted and top unlocked target sequences, and every negative-control hit."""
+    a, tau = run.arrays, run.tau
+    order = np.argsort(-strength(a), kind="stable")
+    extracted = extracted_mask(a, tau)
+    is_target, is_control = a.role == "target", a.role == "control"
+    top = [i for i in order if extracted[i] and is_target[i]][:TOP_ROWS]
+    parts = [tag("h3", "Top extracted target sequences"),
+             sequence_table(run, top) if top else note("No target sequence was extracted by any method.")]
+    if run.near_verbatim:
+        kind = metrics.categories(a.log_p, a.lower[:, -1], tau)
+        by_bound = np.argsort(-a.lower[:, -1], kind="stable")
+        unlocked = [i for i in by_bound if kind[i] in ("red", "orange") and is_target[i]][:TOP_ROWS]
+        parts += [tag("h3", f"Top unlocked target sequences (p_z < τ_min ≤ {run.near_label})"),
+                  sequence_table(run, unlocked) if unlocked else note("No target sequence was unlocked.")]
+    hits = [i for i in order if extracted[i] and is_control[i]]
+    parts.append(tag("h3", "Negative-control hits (role = control)"))
+    if not is_control.any():
+        parts.append(note("This run has no negative-control dataset."))
+    elif not hits:
+        parts.append(note(f"None of the {int(is_control.sum())} control sequences was extracted by any method."))
+    else:
+        shown = f" (showing {LIST_LIMIT})" if len(hits) > LIST_LIMIT else ""
+        parts += [note(f"{len(hits)} of {int(is_control.sum())} control sequences were extracted{shown}:"),
+                  sequence_table(run, hits[:LIST_LIMIT])]
+    return join(parts)
+
+
+def run_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
+    """The report section of one run and its figures."""
+    parts = [tag("h2", f"Run: {run.label}"), tag("h3", "Configuration"), signature(run)]
+    if run.windows:
+        parts += [tag("h3", "Data"), data_table(run)]
+    if not run.arrays.count:
+        return join([*parts, note("This run has no records yet.")]), []
+    parts += [tag("h3", f"Extraction rates (τ_min = {run.tau:g})"), rates_table(run)]
+    if run.near_verbatim:
+        parts.append(near_verbatim_tables(run))
+    pics = run_pictures(run, prefix)
+    parts += [tag("h3", "Figures"), *map(figure_html, pics), sequences_section(run)]
+    return join(parts), pics
+
+
+def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
+    """A summary row per run, rates against ε per run (targets, controls) and mass-gain CCDF per run."""
+    tau = runs[0].tau
+    panels = {f"{role}s": {r.label: metrics.extraction_rates(r.role(role), tau) for r in runs} for role in metrics.ROLES}
+    pics = [picture("compare-rates", f"Extraction rate against ε per run (τ_min = {tau:g}).", figures.rates_figure(panels, tau))]
+    curves = {r.label: metrics.ccdf_curve(metrics.mass_gain(r.role("target").log_p, r.role("target").lower[:, -1]))
+              for r in runs if r.near_verbatim}
+    if curves:
+        pics.append(picture("compare-ccdf", "CCDF of the near-verbatim mass gain per run (share of all target sequences).",
+                            figures.ccdf_figure(curves, "LB_E")))
+    rows = []
+    for r in runs:
+        rates, control = metrics.extraction_rates(r.role("target"), tau), r.role("control")
+        rows.append((r.label, rates["count"], pct((rates.get("greedy") or [None])[0]), pct(rates.get("probabilistic")),
+                     pct((rates.get("cbs") or [None])[-1]), f"{int(extracted_mask(control, tau).sum())}/{control.count}"))
+    parts: list[object] = [tag("h2", "Comparison of runs")]
+    if len({r.tau for r in runs}) > 1:
+        parts.append(note(f"The runs use different τ_min; this section applies the first run's τ_min = {tau:g} to all."))
+    parts += [table(["run", "target sequences", "greedy verbatim", "p_z ≥ τ", "CBS LB_E ≥ τ", "control hits"], rows),
+              *map(figure_html, pics)]
+    return join(parts), pics
+
+
+def page(title: str, body: Html) -> str:
+    """The whole HTML document: no scripts, no external resources, a CSP that forbids both."""
+    head = join([Html('<meta charset="utf-8">'), Html(f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'),
+                 Html('<link rel="icon" href="data:,">'), tag("title", title), tag("style", Html(STYLE))])
+    return "<!DOCTYPE html>\n" + tag("html", tag("head", head), tag("body", tag("h1", title), body), lang="en") + "\n"
+
+
+def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
+    """Write `report.html` and `figures/` for one run, or a comparison of several; return the page's path.
+
+    The files go into the first run folder, or into the folder `out` when given, through a RecordStore.
+    """
+    if not run_dirs:
+        raise MemriskError("write_report needs at least one run folder")
+    runs = labelled([load_run(Path(d)) for d in run_dirs])
+    sections, pics = [], []
+    if len(runs) > 1:
+        section, compare_pics = comparison_section(runs)
+        sections.append(section)
+        pics += compare_pics
+    for i, run in enumerate(runs):
+        section, run_pics = run_section(run, f"run{i + 1}-" if i else "")
+        sections.append(section)
+        pics += run_pics
+    store = runs[0].store if out is None else RecordStore(Path(out), {})
+    for pic in pics:
+        store.write_bytes(f"figures/{pic.name}.png", pic.png)
+        store.write_bytes(f"figures/{pic.name}.svg", pic.svg)
+    return store.write_text(REPORT, page("memrisk report: " + ", ".join(r.label for r in runs), join(sections)))

@@ -1,0 +1,288 @@
+"""Report metrics from stored records (CBS paper §F.1): pure functions, arrays in, arrays and dicts out.
+
+Probabilities come in as natural-log p_z (−inf when the policy cannot emit the suffix) and
+CBS lower bounds LB_ε as a (sequences × ε) array. A rate over an empty population is None,
+never NaN; no function here warns on −inf or all-zero masses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from memrisk.config import ExperimentConfig
+from memrisk.extraction.discoverable import rate_table
+from memrisk.report.summary import probabilistic_stats
+
+CCDF_POINTS = (1e-3, 1e-2, 1e-1)
+ROLES = ("target", "control")
+
+
+@dataclass(frozen=True)
+class RunArrays:
+    """The record columns the report needs; a method the run did not use is None."""
+
+    example_id: np.ndarray
+    dataset: np.ndarray
+    role: np.ndarray
+    doc_id: np.ndarray
+    suffix_char_start: np.ndarray
+    char_end: np.ndarray
+    epsilons: tuple[int, ...]
+    log_p: np.ndarray | None = None
+    policy_log_p: dict[str, np.ndarray] | None = None
+    greedy_exact: np.ndarray | None = None
+    greedy_distance: np.ndarray | None = None
+    lower: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """Number of sequences."""
+        return int(self.example_id.size)
+
+    def subset(self, mask: np.ndarray) -> RunArrays:
+        """The sequences selected by a boolean mask."""
+        def take(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: v[mask] for k, v in value.items()}
+            return value[mask] if isinstance(value, np.ndarray) else value
+
+        return RunArrays(**{name: take(getattr(self, name)) for name in self.__dataclass_fields__})
+
+
+def _column(table: pa.Table, name: str, dtype: Any) -> np.ndarray:
+    """One column as a numpy array (empty when the table has no rows)."""
+    if table.num_rows == 0:
+        return np.empty(0, dtype=dtype)
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _list_column(table: pa.Table, name: str, width: int) -> np.ndarray:
+    """A fixed-length list<double> column as a (rows × width) float array."""
+    if table.num_rows == 0:
+        return np.empty((0, width), dtype=np.float64)
+    values = table.column(name).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return np.asarray(values, dtype=np.float64).reshape(table.num_rows, width)
+
+
+def cbs_distance(config: ExperimentConfig) -> str:
+    """The distance CBS pruned with (Levenshtein when unpruned), as the summary uses."""
+    return config.cbs.prune_mode or "levenshtein"
+
+
+def run_arrays(table: pa.Table, config: ExperimentConfig) -> RunArrays:
+    """Extract the report's columns from a run's records; p_z is taken under the CBS policy."""
+    methods = set(config.methods)
+    epsilons = tuple(range(config.cbs.epsilon + 1))
+    distance = cbs_distance(config)
+    labels = [p.label for p in config.policies]
+    policy_log_p = (
+        {label: _column(table, f"log_p.{label}", np.float64) for label in labels} if "probabilistic" in methods else None
+    )
+    return RunArrays(
+        example_id=_column(table, "example_id", object),
+        dataset=_column(table, "dataset", object),
+        role=_column(table, "role", object),
+        doc_id=_column(table, "doc_id", object),
+        suffix_char_start=_column(table, "suffix_char_start", np.int64),
+        char_end=_column(table, "char_end", np.int64),
+        epsilons=epsilons,
+        log_p=policy_log_p[config.cbs_policy().label] if policy_log_p else None,
+        policy_log_p=policy_log_p,
+        greedy_exact=_column(table, "greedy_exact", bool) if "greedy" in methods else None,
+        greedy_distance=_column(table, f"greedy_{distance}", np.int64) if "greedy" in methods else None,
+        lower=_list_column(table, f"cbs_lower.{distance}", len(epsilons)) if "cbs" in methods else None,
+    )
+
+
+def fraction(count: int, total: int) -> float | None:
+    """count / total, or None for an empty population."""
+    return count / total if total else None
+
+
+def probabilities(log_p: np.ndarray) -> np.ndarray:
+    """p_z from natural-log p_z (−inf → 0, no warnings)."""
+    return np.exp(np.asarray(log_p, dtype=np.float64))
+
+
+def verbatim_extracted(log_p: np.ndarray, tau: float) -> np.ndarray:
+    """p_z ≥ τ_min, compared in log space (as summary.json counts it)."""
+    return np.asarray(log_p, dtype=np.float64) >= math.log(tau)
+
+
+def extraction_rates(arrays: RunArrays, tau: float) -> dict[str, Any]:
+    """Rates per method and ε: greedy (dist ≤ ε), probabilistic (p_z ≥ τ, verbatim only), CBS (LB_ε ≥ τ)."""
+    n = arrays.count
+    out: dict[str, Any] = {"count": n, "epsilons": list(arrays.epsilons)}
+    if arrays.greedy_distance is not None:
+        out["greedy"] = [fraction(int((arrays.greedy_distance <= e).sum()), n) for e in arrays.epsilons]
+    if arrays.log_p is not None:
+        out["probabilistic"] = fraction(int(verbatim_extracted(arrays.log_p, tau).sum()), n)
+    if arrays.lower is not None:
+        out["cbs"] = [fraction(int((arrays.lower[:, e] >= tau).sum()), n) for e in arrays.epsilons]
+    return out
+
+
+def rates_by_role(arrays: RunArrays, tau: float) -> dict[str, dict[str, Any]]:
+    """extraction_rates for the target and the negative-control sequences separately."""
+    return {role: extraction_rates(arrays.subset(arrays.role == role), tau) for role in ROLES}
+
+
+def categories(log_p: np.ndarray, lower_eps: np.ndarray, tau: float) -> np.ndarray:
+    """Per sequence 'blue' (p_z ≥ τ), 'orange' (0 < p_z < τ ≤ LB), 'red' (p_z = 0, LB ≥ τ) or 'none'."""
+    log_p = np.asarray(log_p, dtype=np.float64)
+    blue = verbatim_extracted(log_p, tau)
+    near = np.asarray(lower_eps, dtype=np.float64) >= tau
+    red = np.isneginf(log_p) & near
+    orange = ~blue & ~red & near
+    return np.select([blue, orange, red], ["blue", "orange", "red"], "none")
+
+
+def unlocked_counts(log_p: np.ndarray, lower_eps: np.ndarray, tau: float) -> dict[str, int]:
+    """Counts of red, orange and blue sequences, and unlocked = red + orange."""
+    labels = categories(log_p, lower_eps, tau)
+    counts = {name: int((labels == name).sum()) for name in ("red", "orange", "blue")}
+    return counts | {"unlocked": counts["red"] + counts["orange"], "total": int(labels.size)}
+
+
+def unlocked_by_epsilon(log_p: np.ndarray, lower: np.ndarray, tau: float) -> list[dict[str, int]]:
+    """unlocked_counts at every ε of the lower-bound array."""
+    return [unlocked_counts(log_p, lower[:, e], tau) for e in range(lower.shape[1])]
+
+
+def mass_gain(log_p: np.ndarray, lower_top: np.ndarray) -> np.ndarray:
+    """Δ = LB_E − p_z per sequence (negative when CBS missed part of the verbatim mass)."""
+    return np.asarray(lower_top, dtype=np.float64) - probabilities(log_p)
+
+
+def ccdf_curve(values: np.ndarray, denominator: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Points (x, share of the population with value ≥ x) at every distinct positive value, x ascending."""
+    values = np.asarray(values, dtype=np.float64)
+    total = values.size if denominator is None else denominator
+    positive = np.sort(values[values > 0])
+    if not total or not positive.size:
+        return np.empty(0), np.empty(0)
+    x, first = np.unique(positive, return_index=True)
+    return x, (positive.size - first) / total
+
+
+def ccdf_at(values: np.ndarray, points: tuple[float, ...] = CCDF_POINTS, denominator: int | None = None) -> dict[str, float | None]:
+    """Share of the population with value ≥ each point (None for an empty population)."""
+    values = np.asarray(values, dtype=np.float64)
+    total = values.size if denominator is None else denominator
+    return {f"{x:g}": fraction(int((values >= x).sum()), total) for x in points}
+
+
+def gain_table(log_p: np.ndarray, lower: np.ndarray, tau: float) -> dict[str, Any]:
+    """Mass-gain CCDF points over all sequences and over the extracted set (LB_E ≥ τ)."""
+    gain = mass_gain(log_p, lower[:, -1])
+    extracted = lower[:, -1] >= tau
+    return {
+        "population": ccdf_at(gain),
+        "population_count": int(gain.size),
+        "any_gain": fraction(int((gain > 0).sum()), gain.size),
+        "extracted": ccdf_at(gain[extracted]),
+        "extracted_count": int(extracted.sum()),
+    }
+
+
+def shell_masses(log_p: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """Δ(ε) per sequence: column 0 is p_z, column ε ≥ 1 is LB_ε − LB_{ε−1}."""
+    lower = np.asarray(lower, dtype=np.float64)
+    return np.column_stack([probabilities(log_p), np.diff(lower, axis=1)]) if lower.size else np.empty((0, lower.shape[1]))
+
+
+def shell_shares(log_p: np.ndarray, lower: np.ndarray, tau: float) -> np.ndarray:
+    """Δ(ε) / LB_E for the extracted sequences (LB_E ≥ τ); column 0 is the verbatim share."""
+    lower = np.asarray(lower, dtype=np.float64)
+    extracted = lower[:, -1] >= tau
+    return shell_masses(np.asarray(log_p)[extracted], lower[extracted]) / lower[extracted, -1:]
+
+
+def medians(shares: np.ndarray) -> list[float | None]:
+    """Median of every column (None for no rows)."""
+    if shares.shape[0] == 0:
+        return [None] * shares.shape[1]
+    return [float(v) for v in np.median(shares, axis=0)]
+
+
+def recovery(example_id: np.ndarray, log_p: np.ndarray, lower_zero: np.ndarray, tau: float) -> dict[str, Any]:
+    """CBS verbatim (LB_0 ≥ τ) against teacher forcing (p_z ≥ τ): counts, ratio, missed and extra ids."""
+    forced = verbatim_extracted(log_p, tau)
+    found = np.asarray(lower_zero, dtype=np.float64) >= tau
+    return {
+        "teacher_forced": int(forced.sum()),
+        "cbs_verbatim": int(found.sum()),
+        "ratio": fraction(int(found.sum()), int(forced.sum())),
+        "missed": [str(x) for x in example_id[forced & ~found]],
+        "extra": [str(x) for x in example_id[found & ~forced]],
+    }
+
+
+def np_curves(log_p: np.ndarray, greedy_exact: np.ndarray | None) -> dict[str, Any]:
+    """(n,p) rate table from log p_z, with the greedy verbatim rate as a reference line."""
+    table = rate_table(log_p).to_dict()
+    if table["count"] == 0:
+        table["max_rate"] = None
+    greedy = None if greedy_exact is None else fraction(int(np.sum(greedy_exact)), int(np.size(greedy_exact)))
+    return table | {"greedy": greedy}
+
+
+def policy_table(arrays: RunArrays, tau: float) -> dict[str, dict[str, Any]]:
+    """Per policy: p_z ≥ τ count and rate, p_z = 0 count, median and max log10 p_z."""
+    if not arrays.policy_log_p:
+        return {}
+    return {label: probabilistic_stats(lp, tau) for label, lp in arrays.policy_log_p.items()}
+
+
+@dataclass(frozen=True)
+class BookHeatmap:
+    """Max extraction probability per character of one document, verbatim and near-verbatim."""
+
+    dataset: str
+    doc_id: str
+    windows: int
+    verbatim: np.ndarray | None
+    near_verbatim: np.ndarray | None
+
+
+def coverage_max(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
+    """Per position in [0, length) the max value over the spans [start, end) covering it (0 if none)."""
+    out = np.zeros(length, dtype=np.float64)
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    lengths = np.clip(ends - starts, 0, None)
+    if not lengths.sum():
+        return out
+    owner = np.repeat(np.arange(starts.size), lengths)
+    offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    np.maximum.at(out, starts[owner] + offsets, np.asarray(values, dtype=np.float64)[owner])
+    return out
+
+
+def max_pool(values: np.ndarray, bins: int) -> np.ndarray:
+    """Down-sample to at most `bins` cells, each the max of its consecutive positions."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size <= bins:
+        return values
+    edges = np.linspace(0, values.size, bins + 1).astype(np.int64)
+    return np.maximum.reduceat(values, edges[:-1])
+
+
+def book_heatmaps(arrays: RunArrays) -> list[BookHeatmap]:
+    """One heatmap per (dataset, document), documents with the most windows first."""
+    verbatim = None if arrays.log_p is None else probabilities(arrays.log_p)
+    near = None if arrays.lower is None else arrays.lower[:, -1]
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, (dataset, doc_id) in enumerate(zip(arrays.dataset, arrays.doc_id)):
+        groups.setdefault((str(dataset), str(doc_id)), []).append(i)
+    out = []
+    for (dataset, doc_id), rows in groups.items():
+        starts, ends = arrays.suffix_char_start[rows], arrays.char_end[rows]
+        length = int(ends.max())
+        maps = [None if v is None else coverage_max(starts, ends, v[rows], length) for v in (verbatim, near)]
+        out.append(BookHeatmap(dataset, doc_id, len(rows), *maps))
+    return sorted(out, key=lambda h: -h.windows)

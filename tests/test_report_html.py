@@ -1,0 +1,319 @@
+"""The HTML report on hand-written run folders: content, escaping, comparisons, CLI, and a real headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import html
+import http.server
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from memrisk import cli
+from memrisk.config import parse_config
+from memrisk.report import figures, metrics
+from memrisk.report.html import diff_html, write_report
+from memrisk.runner import run_experiment
+from memrisk.store import RecordStore
+from tests.conftest import WORDS
+
+SCRIPT = "<script>alert(1)</script>"
+IMG = "<img src=x onerror=\"document.title='pwned'\">"
+MODEL = "tiny <b>model</b>"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def config(methods: list[str], model: str = MODEL) -> dict[str, Any]:
+    """A book-mode config over a target book and a negative control."""
+    return parse_config({
+        "model": {"name": model, "revision": "rev-1"},
+        "datasets": [{"name": "book", "documents": ["x"]}, {"name": "heldout", "documents": ["y"], "role": "control"}],
+        "windows": {"mode": "book", "prefix_length": 4, "suffix_length": 4, "stride": 10},
+        "methods": methods,
+        "cbs": {"epsilon": 2, "beam_width": 3},
+    }).model_dump(mode="json")
+
+
+def record(i: int, dataset: str, log_p: float, lower: list[float], greedy_text: str, candidate: str) -> dict[str, Any]:
+    """One record with every column of a probabilistic + greedy + CBS run."""
+    suffix = f"the suffix {i} {SCRIPT} {IMG}" if i == 1 else f"plain suffix number {i}"
+    exact = greedy_text == suffix
+    return {
+        "example_id": f"{dataset}/{IMG}@{i * 10}", "dataset": dataset, "role": "control" if dataset == "heldout" else "target",
+        "doc_id": IMG, "char_start": i * 10, "suffix_char_start": i * 10 + 20, "char_end": i * 10 + 40,
+        "prefix_ids": [1, 2, 3, 4], "suffix_ids": [5, 6, 7, 8], "prefix_text": f"prefix {i} {SCRIPT}", "suffix_text": suffix,
+        "target_ranks": [1, 1, 1, 1], "teacher_forced_greedy": exact,
+        "log_p.topk40": log_p, "token_log_p.topk40": [log_p / 4] * 4,
+        "greedy_ids": [5, 6, 7, 8], "greedy_text": greedy_text, "greedy_exact": exact,
+        "greedy_hamming": 0 if exact else 2, "greedy_levenshtein": 0 if exact else 1,
+        "cbs_lower.levenshtein": lower, "cbs_upper.levenshtein": [x + 0.01 for x in lower],
+        "cbs_lower.hamming": lower, "cbs_upper.hamming": [x + 0.01 for x in lower],
+        "cbs_covered_mass": lower[-1], "cbs_bank": 0.0, "cbs_eos_mass": 0.0, "cbs_token_evals": 12,
+        "cbs_stop": "completed", "cbs_stop_step": 4, "cbs_log_p": [math.log(max(lower[-1], 1e-12))],
+        "cbs_hamming": [1], "cbs_levenshtein": [1], "cbs_bleu_mass": 0.0, "cbs_char_levenshtein_mass": [0.0] * 4,
+        "cbs_top": [{"tokens": [5, 6, 7, 9], "text": candidate, "log_p": math.log(max(lower[-1], 1e-12)), "hamming": 1, "levenshtein": 1}],
+    }
+
+
+def records() -> list[dict[str, Any]]:
+    """Blue, orange and red target sequences, a not-extracted one, and a control hit; payloads planted in text."""
+    return [
+        record(0, "book", math.log(0.4), [0.4, 0.5, 0.6], "plain suffix number 0", "plain suffix number O"),
+        record(1, "book", math.log(1e-5), [1e-5, 0.02, 0.03], f"the suffix 1 {IMG} {SCRIPT}", f"candidate {SCRIPT} {IMG}"),
+        record(2, "book", -math.inf, [0.0, 0.0, 0.05], "something else", "plain suffix numbr 2"),
+        record(3, "book", math.log(1e-9), [0.0, 0.0, 0.0], "nothing alike", "plain suffix"),
+        record(4, "heldout", math.log(0.2), [0.2, 0.2, 0.2], "plain suffix number 4", "plain suffix number 4!"),
+        record(5, "heldout", math.log(1e-8), [0.0, 0.0, 0.0], "no", "no"),
+    ]
+
+
+def make_run(root: Path, rows: list[dict[str, Any]] | None = None, methods: list[str] | None = None, model: str = MODEL) -> Path:
+    """A finished run folder written by hand through the RecordStore (no model needed)."""
+    data = config(methods or ["probabilistic", "greedy", "cbs"], model)
+    store = RecordStore.open(root, data, data)
+    store.append(records() if rows is None else rows)
+    provenance = {"name": model, "commit_hash": "c0ffee<i>", "architecture": "GPT2LMHeadModel", "dtype": "float32"}
+    store.write_json("versions.json", {"memrisk": "0.1.0", "torch": "2.13.0", "transformers": "4.56", "model": provenance})
+    store.write_json("windows.json", {
+        "book": {"role": "target", "documents": 1, "windows": 4, "skipped_short_documents": 0, "duplicate_windows_removed": 0},
+        "heldout": {"role": "control", "documents": 1, "windows": 2, "skipped_short_documents": 1, "duplicate_windows_removed": 0},
+    })
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    """report.html of the hand-written run."""
+    return write_report([make_run(tmp_path_factory.mktemp("run") / "run")])
+
+
+def visible_text(page: str) -> str:
+    """The page's text with tags removed and entities decoded (what a reader sees, roughly)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def test_report_is_written_into_the_run_folder_with_figures(report: Path) -> None:
+    assert report.name == "report.html"
+    figures = {p.name for p in (report.parent / "figures").iterdir()}
+    for name in ("scatter", "ccdf", "shell-heatmap", "shell-violins", "rates", "np-curves", "book-heatmap"):
+        assert {f"{name}.png", f"{name}.svg"} <= figures
+    page = report.read_text(encoding="utf-8")
+    images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 7
+    assert all(base64.b64decode(data).startswith(b"\x89PNG") for data in images)
+    assert (report.parent / "figures" / "scatter.svg").read_bytes().lstrip().startswith(b"<?xml")
+
+
+def test_report_is_self_contained_and_escapes_every_text(report: Path) -> None:
+    page = report.read_text(encoding="utf-8")
+    assert "<script" not in page.lower()
+    assert all(tag.startswith('<img src="data:image/png;base64,') for tag in re.findall(r"<img[^>]*>", page))
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert SCRIPT not in page and IMG not in page and "<b>model</b>" not in page
+    assert html.escape(SCRIPT) in page and html.escape(IMG) in page
+    text = visible_text(page)
+    for planted in (SCRIPT, IMG, MODEL, "c0ffee<i>"):
+        assert planted in text
+
+
+def test_report_shows_configuration_tables_and_sequences(report: Path) -> None:
+    text = visible_text(report.read_text(encoding="utf-8"))
+    for expected in ("rev-1", "B = 3, k = 40, ε = 2", "a = 4, T = 4", "τ_min", "0.1.0 / 2.13.0 / 4.56", "short documents skipped"):
+        assert expected in text
+    assert "Top extracted target sequences" in text and "Top unlocked target sequences" in text
+    unlocked = text.split("Top unlocked target sequences")[1].split("Negative-control hits")[0]
+    assert "book/" + IMG + "@10" in unlocked and "book/" + IMG + "@20" in unlocked and "@0" not in unlocked
+    controls = text.split("Negative-control hits")[1]
+    assert "1 of 2 control sequences were extracted" in controls and "plain suffix number 4!" in controls
+
+
+def test_tables_hold_the_known_counts(report: Path) -> None:
+    text = " ".join(visible_text(report.read_text(encoding="utf-8")).split())
+    assert "Any positive gain: 75.00% of 4 sequences" in text
+    assert "missed by CBS" in text and "recovery ratio" in text
+    rows = re.findall(r"<tr>(.*?)</tr>", report.read_text(encoding="utf-8"))
+    per_eps = [visible_text(r) for r in rows if r.startswith("<td class=\"num\">") and r.count("<td") == 6]
+    assert per_eps == ["000104", "101114", "211124"]
+
+
+def test_diff_marks_matched_missing_and_added_spans() -> None:
+    out = diff_html("a <b> c", "a <i> c!")
+    assert '<span class="match">a &lt;</span>' in out
+    assert '<span class="missing" title="in the target, not generated">b</span>' in out
+    assert '<span class="added" title="generated, not in the target">i</span>' in out
+    assert out.endswith('<span class="added" title="generated, not in the target">!</span></div>')
+
+
+@pytest.mark.filterwarnings("error")
+def test_figures_render_degenerate_inputs_without_warnings() -> None:
+    empty, zeros = np.empty(0), np.zeros((3, 3))
+    no_rates = metrics.extraction_rates(metrics.run_arrays(pa.table({}), parse_config(config(["probabilistic", "cbs"]))), 1e-3)
+    blank = metrics.BookHeatmap("book", "$doc$", 2, np.zeros(5), np.zeros(5))
+    drawn = [
+        figures.scatter_figure(empty, empty, 1e-3, "LB"),
+        figures.scatter_figure(np.array([-np.inf, -np.inf]), np.array([0.5, 0.5]), 1e-3, "LB"),
+        figures.ccdf_figure({"run": metrics.ccdf_curve(np.zeros(4))}, "LB"),
+        figures.shell_heatmap_figure(np.empty((0, 3))),
+        figures.shell_violin_figure(np.empty((0, 3)), [None] * 3),
+        figures.shell_violin_figure(zeros, metrics.medians(zeros)),
+        figures.rates_figure({"empty": {"target": no_rates}}, 1e-3),
+        figures.np_curves_figure({"target": metrics.np_curves(empty, None)}),
+        figures.book_heatmap_figure([blank], 1e-3, "LB"),
+        figures.book_heatmap_figure([], 1e-3, "LB"),
+    ]
+    for fig in drawn:
+        png, svg = figures.render(fig)
+        assert png.startswith(b"\x89PNG") and b"<svg" in svg
+
+
+def test_report_without_cbs_or_greedy(tmp_path) -> None:
+    rows = [{k: v for k, v in r.items() if not k.startswith(("cbs_", "greedy_"))} for r in records()]
+    path = write_report([make_run(tmp_path / "run", rows, ["probabilistic"])])
+    page = path.read_text(encoding="utf-8")
+    assert page.count("data:image/png;base64,") == 3
+    assert "Top unlocked" not in page and "Top extracted target sequences" in page
+
+
+def test_report_of_a_run_without_records(tmp_path) -> None:
+    path = write_report([make_run(tmp_path / "run", [])])
+    assert "This run has no records yet." in path.read_text(encoding="utf-8")
+
+
+def test_comparison_of_several_runs(tmp_path) -> None:
+    first = make_run(tmp_path / "a")
+    second = make_run(tmp_path / "b", records()[:3], model="other $model$")
+    path = write_report([first, second])
+    assert path == first / "report.html"
+    text = visible_text(path.read_text(encoding="utf-8"))
+    assert "Comparison of runs" in text and "other $model$" in text
+    figures = {p.name for p in (first / "figures").iterdir()}
+    assert {"compare-rates.png", "compare-ccdf.svg", "scatter.png", "run2-scatter.png"} <= figures
+    assert text.index("Comparison of runs") < text.index("Run: " + MODEL)
+
+
+def test_out_folder(tmp_path) -> None:
+    run = make_run(tmp_path / "run")
+    path = write_report([run], tmp_path / "elsewhere")
+    assert path == tmp_path / "elsewhere" / "report.html" and (tmp_path / "elsewhere" / "figures" / "rates.png").is_file()
+    assert not (run / "report.html").exists()
+
+
+def test_cli_report_rebuilds_summaries_and_compares_runs_of_one_model(tmp_path, capsys) -> None:
+    first, second = make_run(tmp_path / "a"), make_run(tmp_path / "b")
+    assert cli.main(["report", str(first), str(second)]) == 0
+    out = capsys.readouterr().out
+    assert f"report written to {first / 'report.html'}" in out
+    assert json.loads((second / "summary.json").read_text())["examples"] == 6
+    text = visible_text((first / "report.html").read_text(encoding="utf-8"))
+    assert "Comparison of runs" in text and f"{MODEL} [a]" in text and f"{MODEL} [b]" in text
+
+
+def test_cli_report_of_a_folder_that_is_not_a_run(tmp_path, capsys) -> None:
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert "not a memrisk run folder" in capsys.readouterr().err
+
+
+def test_report_of_a_real_run(tmp_path, word_model) -> None:
+    story = " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(300))
+    run = parse_config({
+        "model": {"name": "word-model"},
+        "datasets": [{"name": "story", "documents": [story]}, {"name": "control", "documents": [" ".join(WORDS)], "role": "control"}],
+        "windows": {"mode": "book", "prefix_length": 6, "suffix_length": 5, "stride": 60},
+        "policies": [{"top_k": 3}, {"name": "full"}],
+        "methods": ["probabilistic", "greedy", "cbs"],
+        "cbs": {"beam_width": 3, "epsilon": 2, "stored_candidates": 2, "char_epsilons": [0, 3]},
+    })
+    run_experiment(run, tmp_path / "out", model=word_model, progress=False)
+    page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
+    assert page.count("data:image/png;base64,") == 7 and "Run: word-model" in page
+
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+BROWSER_MISSING = (
+    "selenium is not installed (pip install selenium)" if importlib.util.find_spec("selenium") is None
+    else None if CHROMIUM and CHROMEDRIVER
+    else "chromium/chromedriver not found (apt-get install -y chromium chromium-driver)"
+)
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Static files without request logging."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Drop the access log."""
+
+
+@pytest.fixture
+def served(report: Path) -> Iterator[str]:
+    """URL of the report on a local HTTP server (127.0.0.1, free port)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(report.parent)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/{report.name}"
+    server.shutdown()
+    thread.join()
+
+
+@pytest.fixture
+def browser(tmp_path) -> Iterator[Any]:
+    """Headless Chromium driven by chromedriver, with a fresh profile and browser logging."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,1600"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def full_page_png(driver: Any) -> bytes:
+    """A screenshot of the whole page, not only the window."""
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip})
+    return base64.b64decode(shot["data"])
+
+
+@pytest.mark.skipif(BROWSER_MISSING is not None, reason=BROWSER_MISSING or "")
+def test_report_in_headless_chromium(served: str, browser: Any, tmp_path) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    browser.get(served)
+    title = browser.title
+    assert title.startswith("memrisk report: ") and "pwned" not in title
+    images = browser.execute_script(
+        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
+    )
+    assert len(images) == 7 and all(done and width > 0 and height > 0 for done, width, height in images)
+    assert browser.execute_script("return document.querySelectorAll('script, [onerror], iframe, object').length") == 0
+    body = browser.execute_script("return document.body.innerText")
+    assert SCRIPT in body and IMG in body and MODEL in body
+    with pytest.raises(NoAlertPresentException):
+        _ = browser.switch_to.alert
+    assert browser.title == title
+    severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert severe == []
+    shot = full_page_png(browser)
+    assert shot.startswith(b"\x89PNG")
+    (tmp_path / "report.png").write_bytes(shot)
+    if os.environ.get("MEMRISK_ARTIFACTS"):
+        (REPO / "test-artifacts").mkdir(exist_ok=True)
+        (REPO / "test-artifacts" / "report.png").write_bytes(shot)
