@@ -18,14 +18,16 @@ def _demo(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> None:
     from memrisk.config import load_config
+    from memrisk.report.html import write_report
     from memrisk.report.text import summary_table
     from memrisk.runner import run_experiment
 
     config = load_config(args.config)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     summary = run_experiment(config, out, force=args.force)
+    report = write_report([out])
     print(summary_table(summary))
-    print(f"\nrecords, summary.json and config in {out}/")
+    print(f"\nrecords, summary.json and config in {out}/; report: {report}")
 
 
 def _report(args: argparse.Namespace) -> None:

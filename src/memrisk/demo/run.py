@@ -15,6 +15,7 @@ from memrisk.config import ExperimentConfig, parse_config
 from memrisk.demo.corpus import DemoCorpus, build_demo_corpus
 from memrisk.demo.train import train_demo_model
 from memrisk.models.backend import load_model
+from memrisk.report.html import write_report
 from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
 
@@ -56,7 +57,8 @@ def run_demo(
     config = demo_config(corpus, model, gguf_file)
     lm = load_model(model, gguf_file=gguf_file, batch_size=config.model.batch_size)
     summary = run_experiment(config, out_dir, model=lm, force=force, progress=progress)
+    report = write_report([out_dir])
     print()
     print(summary_table(summary))
-    print(f"\nrecords, summary.json and config in {out_dir}/  ({time.monotonic() - started:.0f} s)")
+    print(f"\nrecords, summary.json and config in {out_dir}/; report: {report}  ({time.monotonic() - started:.0f} s)")
     return summary
