@@ -62,48 +62,81 @@ class DecodingPolicy:
             parts.append(f"topp{self.top_p:g}")
         return "-".join(parts) or "full"
 
-    def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """Policy log-probabilities over the last axis (float32; -inf outside the kept set)."""
+    def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits in float32 divided by the temperature (greedy ignores it)."""
         scaled = logits.float()
         if not self.is_greedy and self.temperature != 1.0:
             scaled = scaled / self.temperature
-        if self.top_k is not None and self.top_k < scaled.shape[-1]:
-            scaled = scaled.masked_fill(~top_k_mask(scaled, self.top_k), float("-inf"))
-        log_p = torch.log_softmax(scaled, dim=-1)
-        if self.top_p is not None and self.top_p < 1.0 and not self.is_greedy:
-            log_p = torch.log_softmax(log_p.masked_fill(~top_p_mask(log_p, self.top_p), float("-inf")), dim=-1)
+        return scaled
+
+    def _k(self, vocab: int) -> int:
+        """Number of tokens top-k keeps (the whole vocabulary without top-k)."""
+        return vocab if self.top_k is None else min(self.top_k, vocab)
+
+    @property
+    def _nucleus(self) -> bool:
+        """Whether top-p truncation applies."""
+        return self.top_p is not None and self.top_p < 1.0 and not self.is_greedy
+
+    def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Policy log-probabilities over the last axis (float32; -inf outside the kept set)."""
+        scaled = self._scaled(logits)
+        k = self._k(scaled.shape[-1])
+        if k < scaled.shape[-1]:
+            normaliser = torch.logsumexp(torch.topk(scaled, k, dim=-1).values, dim=-1, keepdim=True)
+            scaled = scaled.masked_fill(~top_k_mask(scaled, k), float("-inf"))
+        else:
+            normaliser = torch.logsumexp(scaled, dim=-1, keepdim=True)
+        log_p = scaled - normaliser
+        if self._nucleus:
+            kept = top_p_mask(log_p, self.top_p)
+            log_p = log_p.masked_fill(~kept, float("-inf"))
+            log_p = log_p - torch.logsumexp(log_p, dim=-1, keepdim=True)
         return log_p
 
     def score(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log Pr_φ(target) for each row ([..., V], [...] -> [...]): `log_probs` gathered at `targets`.
 
-        Computed without materialising the policy's full distribution: top-k needs only the k
-        largest logits, and the nucleus is found among the largest ones, falling back to a full
-        sort only when they do not reach the mass top_p.
+        Computed without materialising the policy's distribution: top-k needs only the k largest
+        logits; the nucleus is searched among the largest logits, widening the search only on
+        rows whose nucleus is not settled yet. A row's score never depends on its batch-mates.
         """
-        scaled = logits.float()
-        if not self.is_greedy and self.temperature != 1.0:
-            scaled = scaled / self.temperature
-        vocab = scaled.shape[-1]
-        target = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        ahead = tokens_ahead(scaled, targets)
-        k = vocab if self.top_k is None else min(self.top_k, vocab)
-        if self.top_p is None or self.top_p >= 1.0 or self.is_greedy:
-            kept = scaled if k == vocab else torch.topk(scaled, k, dim=-1).values
-            return torch.where(ahead < k, target - torch.logsumexp(kept, dim=-1), float("-inf"))
-        largest = torch.topk(scaled, min(k, NUCLEUS_SEARCH), dim=-1).values
-        if k == vocab:
-            kept = scaled
+        vocab = logits.shape[-1]
+        scaled = self._scaled(logits).reshape(-1, vocab)
+        targets = targets.reshape(-1)
+        target = scaled.gather(1, targets.unsqueeze(1)).squeeze(1)
+        k = self._k(vocab)
+        kept = scaled if k == vocab else torch.topk(scaled, k, dim=-1).values
+        normaliser = torch.logsumexp(kept, dim=-1)
+        if not self._nucleus:
+            inside = torch.ones_like(target, dtype=torch.bool) if k == vocab else _within(scaled, targets, kept[:, -1], k)
+            out = torch.where(inside, target - normaliser, float("-inf"))
         else:
-            kept = largest if largest.shape[-1] == k else torch.topk(scaled, k, dim=-1).values
-        normaliser = torch.logsumexp(kept, dim=-1, keepdim=True)
-        sorted_log_p = largest - normaliser
-        size = nucleus_size(sorted_log_p, self.top_p)
-        if bool((size == sorted_log_p.shape[-1]).any()) and sorted_log_p.shape[-1] < k:
-            return self.log_probs(logits).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        in_nucleus = torch.arange(sorted_log_p.shape[-1], device=scaled.device) < size.unsqueeze(-1)
-        nucleus_mass = torch.logsumexp(sorted_log_p.masked_fill(~in_nucleus, float("-inf")), dim=-1)
-        return torch.where(ahead < size, target - normaliser.squeeze(-1) - nucleus_mass, float("-inf"))
+            size, boundary, mass = self._nucleus_rows(scaled, normaliser, k)
+            out = torch.where(_within(scaled, targets, boundary, size), target - normaliser - mass, float("-inf"))
+        return out.reshape(logits.shape[:-1])
+
+    def _nucleus_rows(self, scaled: torch.Tensor, normaliser: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+        """Per row: nucleus size, the logit at its boundary, and the log of its mass."""
+        rows = scaled.shape[0]
+        size = torch.ones(rows, dtype=torch.long, device=scaled.device)
+        boundary = torch.zeros(rows, device=scaled.device)
+        mass = torch.zeros(rows, device=scaled.device)
+        pending = torch.arange(rows, device=scaled.device)
+        search = min(k, NUCLEUS_SEARCH)
+        while len(pending):
+            values = torch.topk(scaled[pending], search, dim=-1).values
+            log_p = values - normaliser[pending].unsqueeze(1)
+            found = nucleus_size(log_p, self.top_p)
+            settled = (found < search) | (search >= k)
+            done = pending[settled]
+            size[done] = found[settled]
+            boundary[done] = values[settled].gather(1, (found[settled] - 1).unsqueeze(1)).squeeze(1)
+            inside = torch.arange(search, device=scaled.device) < found[settled].unsqueeze(1)
+            mass[done] = torch.logsumexp(log_p[settled].masked_fill(~inside, float("-inf")), dim=-1)
+            pending = pending[~settled]
+            search = min(k, search * 8)
+        return size, boundary, mass
 
     def sample(
         self, logits: torch.Tensor, generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None
@@ -133,8 +166,28 @@ def top_k_mask(logits: torch.Tensor, k: int) -> torch.Tensor:
 def tokens_ahead(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """How many tokens rank before each target: larger logits, or equal logits with lower ids."""
     target = logits.gather(-1, targets.unsqueeze(-1))
-    ids = torch.arange(logits.shape[-1], device=logits.device)
-    return ((logits > target) | ((logits == target) & (ids < targets.unsqueeze(-1)))).sum(-1)
+    ahead = (logits > target).sum(-1, dtype=torch.int32)
+    tied = (logits == target).sum(-1, dtype=torch.int32) > 1
+    if bool(tied.any()):
+        ids = torch.arange(logits.shape[-1], device=logits.device)
+        lower = ((logits == target) & (ids < targets.unsqueeze(-1))).sum(-1, dtype=torch.int32)
+        ahead = ahead + torch.where(tied, lower, 0)
+    return ahead.long()
+
+
+def _within(scaled: torch.Tensor, targets: torch.Tensor, boundary: torch.Tensor, count: torch.Tensor | int) -> torch.Tensor:
+    """Whether each row's target is among its `count` first tokens, given the logit at that boundary.
+
+    Rows [N, V]. Only a target tied with the boundary needs the tie rule (a full-row count).
+    """
+    target = scaled.gather(1, targets.unsqueeze(1)).squeeze(1)
+    inside = target > boundary
+    tie = target == boundary
+    if bool(tie.any()):
+        rows = tie.nonzero(as_tuple=True)[0]
+        limit = count[rows] if isinstance(count, torch.Tensor) else count
+        inside[rows] = tokens_ahead(scaled[rows], targets[rows]) < limit
+    return inside
 
 
 def nucleus_size(sorted_log_p: torch.Tensor, top_p: float) -> torch.Tensor:
