@@ -112,12 +112,6 @@ N_LICENCE = len(LICENCE_WINDOWS)
 POLICIES = (DecodingPolicy(), DecodingPolicy(top_k=40))
 
 
-@pytest.fixture(scope="session")
-def smollm2() -> memrisk.LanguageModel:
-    """The pretrained SmolLM2-135M-Instruct, loaded once for the whole session."""
-    return memrisk.load_model("smollm2", batch_size=8)
-
-
 @pytest.fixture(scope="module")
 def windows(smollm2: memrisk.LanguageModel) -> tuple[list[list[int]], list[list[int]]]:
     """Prefix and suffix token ids of every window, each sliced from its text's one token list."""
