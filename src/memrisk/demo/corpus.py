@@ -18,8 +18,8 @@ from types import ModuleType
 DUPLICATION_COUNTS: tuple[int, ...] = (1, 4, 16, 64)
 PASSAGES_PER_COUNT = 8
 HELDOUT_PASSAGES = 32
-MIN_PASSAGE_CHARS = 600
-MAX_PASSAGE_CHARS = 900
+MIN_PASSAGE_CHARS = 660
+MAX_PASSAGE_CHARS = 960
 MIN_DOCUMENT_CHARS = 200
 MAX_DOCUMENT_CHARS = 1500
 SHINGLE_WORDS = 12
@@ -126,6 +126,7 @@ SOURCE_MODULES: tuple[str, ...] = (
 )
 
 _CODE_CHARS = frozenset("{}[]()=<>_*|\\#@$%^~`")
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[.!?]$")
 
 
 @dataclass(frozen=True)
@@ -197,34 +198,37 @@ def _source_documents() -> list[str]:
 
 def _import_quietly(name: str) -> ModuleType | None:
     """Import a module by name, returning None if it is unavailable."""
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _module_docstrings(name: str) -> list[str]:
+    """Return docstrings of a module and of the classes, functions and methods it defines."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            return importlib.import_module(name)
-        except Exception:
-            return None
+        module = _import_quietly(name)
+        return [] if module is None else list(_walk_docstrings(module))
 
 
-def _module_docstrings(name: str) -> Iterator[str]:
-    """Yield docstrings of a module and of the classes, functions and methods it defines."""
-    module = _import_quietly(name)
-    if module is None:
-        return
+def _walk_docstrings(module: ModuleType) -> Iterator[str]:
+    """Yield the module docstring, then those of its own members and their attributes."""
     yield module.__doc__ or ""
     for _, member in sorted(vars(module).items()):
         if getattr(member, "__module__", None) != module.__name__ or not _has_own_doc(member):
             continue
-        yield member.__doc__ or ""
+        yield member.__doc__
         if inspect.isclass(member):
-            for _, attribute in sorted(vars(member).items()):
-                if _has_own_doc(attribute):
-                    yield attribute.__doc__ or ""
+            attributes = (attribute for _, attribute in sorted(vars(member).items()))
+            yield from (attribute.__doc__ for attribute in attributes if _has_own_doc(attribute))
 
 
 def _has_own_doc(obj: object) -> bool:
     """Tell whether ``obj`` is a class, routine or descriptor carrying its own docstring."""
-    documented = inspect.isclass(obj) or inspect.isroutine(obj) or isinstance(obj, (property, classmethod, staticmethod))
-    return documented and isinstance(getattr(obj, "__doc__", None), str)
+    documented = isinstance(getattr(obj, "__doc__", None), str)
+    descriptor = isinstance(obj, (property, classmethod, staticmethod))
+    return documented and (inspect.isclass(obj) or inspect.isroutine(obj) or descriptor)
 
 
 def _help_topics() -> list[str]:
@@ -302,7 +306,7 @@ def _trim(text: str) -> str | None:
     """Cut text at the first sentence end past MIN_PASSAGE_CHARS, or None if it cannot fit."""
     if len(text) < MIN_PASSAGE_CHARS:
         return None
-    match = re.compile(r"[.!?](?=\s)|[.!?]$").search(text, MIN_PASSAGE_CHARS - 1)
+    match = _SENTENCE_END.search(text, MIN_PASSAGE_CHARS - 1)
     end = match.end() if match else len(text)
     return text[:end] if end <= MAX_PASSAGE_CHARS else None
 

@@ -35,10 +35,10 @@ class TrainingConfig:
     num_heads: int = 4
     intermediate_size: int = 768
     block_size: int = 256
-    batch_size: int = 8
-    steps: int = 400
-    learning_rate: float = 2e-3
-    warmup_steps: int = 40
+    batch_size: int = 2
+    steps: int = 1200
+    learning_rate: float = 1e-3
+    warmup_steps: int = 60
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.0
     grad_clip: float = 1.0
