@@ -65,6 +65,7 @@ def train_demo_model(
         return target
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+    staging.chmod(0o755)
     try:
         _train_into(staging, corpus, seed, progress, config)
         staging.rename(target)
