@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 import memrisk
+import memrisk.config as config_module
 import memrisk.extraction.cbs as cbs_module
 from memrisk import DecodingPolicy
 from memrisk.data import Document, make_windows
@@ -43,7 +44,7 @@ def smollm2_windows(lm: memrisk.LanguageModel, count: int) -> tuple[list[list[in
     import email
     import json
 
-    text = "\n\n".join(m.__doc__ or "" for m in (collections, json, email, argparse, memrisk.config))
+    text = "\n\n".join(m.__doc__ or "" for m in (collections, json, email, argparse, config_module))
     windows = make_windows(lm, [Document("stdlib", text)], mode="book", stride=120).windows[:count]
     return [list(w.prefix_ids) for w in windows], [list(w.suffix_ids) for w in windows]
 

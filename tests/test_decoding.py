@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from memrisk import DecodingPolicy, MemriskError
+from memrisk.decoding import score_policies
 
 
 def reference_log_probs(logits: list[float], policy: DecodingPolicy) -> list[float]:
@@ -144,3 +145,14 @@ def test_score_falls_back_when_the_nucleus_is_wide() -> None:
     policy = DecodingPolicy(top_p=0.9)
     torch.testing.assert_close(policy.score(logits, targets), policy.log_probs(logits).gather(-1, targets[:, None]).squeeze(-1))
     assert policy.score(logits, targets)[0] == pytest.approx(-math.log(900))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(policies, min_size=1, max_size=4), st.data())
+def test_scoring_several_policies_at_once_matches_each_distribution(many: list[DecodingPolicy], data) -> None:
+    logits = torch.tensor(data.draw(st.lists(st.lists(st.integers(-6, 6), min_size=7, max_size=7), min_size=1, max_size=3))) / 2
+    targets = torch.tensor(data.draw(st.lists(st.integers(0, 6), min_size=len(logits), max_size=len(logits))))
+    for policy, got in zip(many, score_policies(many, logits, targets)):
+        want = policy.log_probs(logits).gather(-1, targets[:, None]).squeeze(-1)
+        assert torch.equal(torch.isinf(got), torch.isinf(want))
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

@@ -13,6 +13,7 @@ boundary (top-p), the tokens with the lower token id are kept first.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -95,48 +96,8 @@ class DecodingPolicy:
         return log_p
 
     def score(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log Pr_φ(target) for each row ([..., V], [...] -> [...]): `log_probs` gathered at `targets`.
-
-        Computed without materialising the policy's distribution: top-k needs only the k largest
-        logits; the nucleus is searched among the largest logits, widening the search only on
-        rows whose nucleus is not settled yet. A row's score never depends on its batch-mates.
-        """
-        vocab = logits.shape[-1]
-        scaled = self._scaled(logits).reshape(-1, vocab)
-        targets = targets.reshape(-1)
-        target = scaled.gather(1, targets.unsqueeze(1)).squeeze(1)
-        k = self._k(vocab)
-        kept = scaled if k == vocab else torch.topk(scaled, k, dim=-1).values
-        normaliser = torch.logsumexp(kept, dim=-1)
-        if not self._nucleus:
-            inside = torch.ones_like(target, dtype=torch.bool) if k == vocab else _within(scaled, targets, kept[:, -1], k)
-            out = torch.where(inside, target - normaliser, float("-inf"))
-        else:
-            size, boundary, mass = self._nucleus_rows(scaled, normaliser, k)
-            out = torch.where(_within(scaled, targets, boundary, size), target - normaliser - mass, float("-inf"))
-        return out.reshape(logits.shape[:-1])
-
-    def _nucleus_rows(self, scaled: torch.Tensor, normaliser: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
-        """Per row: nucleus size, the logit at its boundary, and the log of its mass."""
-        rows = scaled.shape[0]
-        size = torch.ones(rows, dtype=torch.long, device=scaled.device)
-        boundary = torch.zeros(rows, device=scaled.device)
-        mass = torch.zeros(rows, device=scaled.device)
-        pending = torch.arange(rows, device=scaled.device)
-        search = min(k, NUCLEUS_SEARCH)
-        while len(pending):
-            values = torch.topk(scaled[pending], search, dim=-1).values
-            log_p = values - normaliser[pending].unsqueeze(1)
-            found = nucleus_size(log_p, self.top_p)
-            settled = (found < search) | (search >= k)
-            done = pending[settled]
-            size[done] = found[settled]
-            boundary[done] = values[settled].gather(1, (found[settled] - 1).unsqueeze(1)).squeeze(1)
-            inside = torch.arange(search, device=scaled.device) < found[settled].unsqueeze(1)
-            mass[done] = torch.logsumexp(log_p[settled].masked_fill(~inside, float("-inf")), dim=-1)
-            pending = pending[~settled]
-            search = min(k, search * 8)
-        return size, boundary, mass
+        """log Pr_φ(target) for each row ([..., V], [...] -> [...]): `log_probs` gathered at `targets`."""
+        return score_policies([self], logits, targets)[0]
 
     def sample(
         self, logits: torch.Tensor, generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None
@@ -163,6 +124,78 @@ def top_k_mask(logits: torch.Tensor, k: int) -> torch.Tensor:
     return above | (at & (torch.cumsum(at.int(), dim=-1) <= still_needed))
 
 
+def score_policies(policies: Sequence[DecodingPolicy], logits: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
+    """Target log-probabilities under several policies from one pass over the logits.
+
+    Equal to `policy.log_probs(logits)` gathered at `targets`, without materialising any
+    distribution: one top-k of the raw logits serves every policy (dividing by a temperature
+    keeps the order), full-vocabulary normalisers are shared per temperature, and a nucleus is
+    searched among the largest logits, widening only on rows whose nucleus is not settled.
+    A row's score never depends on its batch-mates.
+    """
+    vocab = logits.shape[-1]
+    raw = logits.float().reshape(-1, vocab)
+    flat_targets = targets.reshape(-1)
+    target_raw = raw.gather(1, flat_targets.unsqueeze(1)).squeeze(1)
+    widths = [p._k(vocab) for p in policies if p._k(vocab) < vocab]
+    widths += [min(p._k(vocab), NUCLEUS_SEARCH) for p in policies if p._nucleus]
+    top = torch.topk(raw, max(widths), dim=-1).values if widths else None
+    full_normalisers: dict[float, torch.Tensor] = {}
+    out = []
+    for policy in policies:
+        beta = 1.0 if policy.is_greedy else policy.temperature
+        k = policy._k(vocab)
+        target = target_raw / beta
+        if k < vocab:
+            normaliser = torch.logsumexp(top[:, :k] / beta, dim=-1)
+        else:
+            if beta not in full_normalisers:
+                full_normalisers[beta] = torch.logsumexp(raw / beta, dim=-1)
+            normaliser = full_normalisers[beta]
+        if policy._nucleus:
+            size, boundary, mass = _nucleus_rows(policy.top_p, raw, beta, top, normaliser, k)
+            inside = _within(raw, beta, flat_targets, target, boundary, size)
+            score = torch.where(inside, target - normaliser - mass, float("-inf"))
+        elif k < vocab:
+            inside = _within(raw, beta, flat_targets, target, top[:, k - 1] / beta, k)
+            score = torch.where(inside, target - normaliser, float("-inf"))
+        else:
+            score = target - normaliser
+        out.append(score.reshape(targets.shape))
+    return out
+
+
+def _nucleus_rows(
+    top_p: float, raw: torch.Tensor, beta: float, top: torch.Tensor, normaliser: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row: nucleus size, the scaled logit at its boundary, and the log of its mass.
+
+    `top` holds the min(k, NUCLEUS_SEARCH) largest raw logits per row, sorted; rows whose
+    nucleus reaches past them are searched again, eight times wider, until it is settled.
+    """
+    rows = raw.shape[0]
+    size = torch.ones(rows, dtype=torch.long, device=raw.device)
+    boundary = torch.zeros(rows, device=raw.device)
+    mass = torch.zeros(rows, device=raw.device)
+    pending = torch.arange(rows, device=raw.device)
+    search = min(k, NUCLEUS_SEARCH)
+    values = top[:, :search] / beta
+    while len(pending):
+        log_p = values - normaliser[pending].unsqueeze(1)
+        found = nucleus_size(log_p, top_p)
+        settled = (found < search) | (search >= k)
+        done = pending[settled]
+        size[done] = found[settled]
+        boundary[done] = values[settled].gather(1, (found[settled] - 1).unsqueeze(1)).squeeze(1)
+        inside = torch.arange(search, device=raw.device) < found[settled].unsqueeze(1)
+        mass[done] = torch.logsumexp(log_p[settled].masked_fill(~inside, float("-inf")), dim=-1)
+        pending = pending[~settled]
+        search = min(k, search * 8)
+        if len(pending):
+            values = torch.topk(raw[pending], search, dim=-1).values / beta
+    return size, boundary, mass
+
+
 def tokens_ahead(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """How many tokens rank before each target: larger logits, or equal logits with lower ids."""
     target = logits.gather(-1, targets.unsqueeze(-1))
@@ -175,18 +208,21 @@ def tokens_ahead(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return ahead.long()
 
 
-def _within(scaled: torch.Tensor, targets: torch.Tensor, boundary: torch.Tensor, count: torch.Tensor | int) -> torch.Tensor:
-    """Whether each row's target is among its `count` first tokens, given the logit at that boundary.
+def _within(
+    raw: torch.Tensor, beta: float, targets: torch.Tensor, target: torch.Tensor, boundary: torch.Tensor,
+    count: torch.Tensor | int,
+) -> torch.Tensor:
+    """Whether each row's target is among its `count` first tokens, given the scaled logit at that boundary.
 
-    Rows [N, V]. Only a target tied with the boundary needs the tie rule (a full-row count).
+    raw: [N, V] logits, scaled by 1/`beta`. Only a target tied with the boundary needs the tie
+    rule, which counts over its full row.
     """
-    target = scaled.gather(1, targets.unsqueeze(1)).squeeze(1)
     inside = target > boundary
     tie = target == boundary
     if bool(tie.any()):
         rows = tie.nonzero(as_tuple=True)[0]
         limit = count[rows] if isinstance(count, torch.Tensor) else count
-        inside[rows] = tokens_ahead(scaled[rows], targets[rows]) < limit
+        inside[rows] = tokens_ahead(raw[rows] / beta, targets[rows]) < limit
     return inside
 
 

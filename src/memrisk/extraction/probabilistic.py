@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from memrisk.decoding import DecodingPolicy, tokens_ahead
+from memrisk.decoding import DecodingPolicy, score_policies, tokens_ahead
 from memrisk.extraction.inputs import as_model, as_policies, batch_slices, padded, prefix_suffix_pairs
 
 
@@ -63,8 +63,7 @@ def verbatim_scores(
         targets = padded(suffix_ids[rows], width, logits.device)
         valid = torch.arange(width, device=logits.device) < torch.as_tensor(lengths[rows], device=logits.device)[:, None]
         ranks[rows, :width] = ((tokens_ahead(logits, targets) + 1) * valid).cpu().numpy()
-        for j, policy in enumerate(policies):
-            step = policy.score(logits, targets)
+        for j, step in enumerate(score_policies(policies, logits, targets)):
             token_log_probs[rows, j, :width] = step.masked_fill(~valid, 0.0).cpu().numpy()
         bar.update(rows.stop - rows.start)
     bar.close()
