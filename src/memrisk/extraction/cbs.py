@@ -357,25 +357,29 @@ class _BeamSearch:
         for s in totals.nonzero(as_tuple=True)[0].tolist():
             setattr(self.searches[s], attribute, getattr(self.searches[s], attribute) + float(totals[s]))
 
-    def _record_finals(self, rows: _Rows, c: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
-        """Store completed, accepted continuations with their log-probabilities."""
+    @staticmethod
+    def _paths(rows: _Rows, c: dict[str, torch.Tensor], mask: torch.Tensor) -> list[tuple[int, tuple[int, ...], float]]:
+        """(search, full token path, log-probability) of every masked child."""
         parents, slots = mask.nonzero(as_tuple=True)
         if len(parents) == 0:
-            return
-        for history, token, score, search, depth in zip(
-            rows.tokens[parents].tolist(), c["tokens"][parents, slots].tolist(), c["score"][parents, slots].tolist(),
-            rows.search[parents].tolist(), rows.depth[parents].tolist(),
-        ):
-            self.searches[search].finals.append((tuple(history[:depth] + [token]), score))
+            return []
+        return [
+            (search, tuple(history[:depth] + [token]), score)
+            for history, token, score, search, depth in zip(
+                rows.tokens[parents].tolist(), c["tokens"][parents, slots].tolist(),
+                c["score"][parents, slots].tolist(), rows.search[parents].tolist(), rows.depth[parents].tolist(),
+            )
+        ]
+
+    def _record_finals(self, rows: _Rows, c: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
+        """Store completed, accepted continuations with their log-probabilities."""
+        for search, path, score in self._paths(rows, c, mask):
+            self.searches[search].finals.append((path, score))
 
     def _record_closable(self, rows: _Rows, c: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
         """Remember pruned Hamming paths at distance exactly ε: one viable completion each."""
-        parents, slots = mask.nonzero(as_tuple=True)
-        for history, token, score, search, depth in zip(
-            rows.tokens[parents].tolist(), c["tokens"][parents, slots].tolist(), c["score"][parents, slots].tolist(),
-            rows.search[parents].tolist(), rows.depth[parents].tolist(),
-        ):
-            self.searches[search].closable.append((tuple(history[:depth] + [token]), score))
+        for search, path, score in self._paths(rows, c, mask):
+            self.searches[search].closable.append((path, score))
 
     def _close_searches(
         self, rows: _Rows, c: dict[str, torch.Tensor], is_final: torch.Tensor, ranked: torch.Tensor,
