@@ -4,9 +4,10 @@
    on the same prefixes (target ≤ 1.3), and the share of CBS wall time spent in the
    Levenshtein-pruning bookkeeping (target ≤ 10%).
 2. Demo model: a mix of 10% planted (memorized) and 90% held-out windows, Levenshtein-pruned
-   with the τ_min stop: compaction + refill vs padded batches (the paper's behaviour),
-   speed-up (target ≥ 3×) and whether the results are identical.
-3. Demo model, planted windows: CBS lower bound vs Monte Carlo with M = B samples (about the
+   with the τ_min stop, 10 sequences per batch as in the paper: compaction + refill vs padded
+   batches (the paper's fixed shape of B rows per sequence until the batch ends), speed-up
+   (target ≥ 3×) and whether the results are identical.
+3. Demo model, windows planted 16 times: CBS lower bound vs Monte Carlo with M = B samples (about the
    same token evaluations) and vs a 10,000-sample Monte Carlo reference.
 
 Run: python benchmarks/cbs.py [--windows 8] [--skip-smollm2] [--skip-demo]
@@ -29,6 +30,19 @@ from memrisk import DecodingPolicy
 from memrisk.data import Document, make_windows
 
 TOP_K = DecodingPolicy(top_k=40)
+LOG_P_TOLERANCE = 1e-4
+
+
+def same_result(a: cbs_module.CBSResult, b: cbs_module.CBSResult) -> bool:
+    """Same candidate set, stop and token evaluations; log-probabilities equal up to the float32
+    rounding that differs between batch compositions (accumulated over 50 steps)."""
+    mine, theirs = {c.tokens: c.log_p for c in a.candidates}, {c.tokens: c.log_p for c in b.candidates}
+    return (
+        mine.keys() == theirs.keys()
+        and all(abs(mine[t] - theirs[t]) <= LOG_P_TOLERANCE for t in mine)
+        and a.stop == b.stop
+        and a.token_evals == b.token_evals
+    )
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -106,12 +120,13 @@ def smollm2_section(count: int) -> None:
     print(f"  token evaluations per sequence: {evals:.0f} (limit a + (T-1)B = {50 + 49 * 20})")
 
 
-def demo_windows(lm: memrisk.LanguageModel, corpus: Any) -> tuple[list[Any], list[Any]]:
-    """Windows of the planted passages (most copies first) and of the held-out passages."""
+def demo_windows(lm: memrisk.LanguageModel, corpus: Any) -> tuple[list[Any], list[int], list[Any]]:
+    """Windows of the planted passages (most copies first), their copy counts, and held-out windows."""
     planted = sorted(corpus.planted, key=lambda p: -p.copies)
     planted_w = make_windows(lm, [Document(f"p{i}", p.text) for i, p in enumerate(planted)]).windows
+    copies = {f"p{i}": p.copies for i, p in enumerate(planted)}
     heldout_w = make_windows(lm, [Document(f"h{i}", t) for i, t in enumerate(corpus.heldout)]).windows
-    return planted_w, heldout_w
+    return planted_w, [copies[w.doc_id] for w in planted_w], heldout_w
 
 
 def demo_section() -> None:
@@ -121,25 +136,21 @@ def demo_section() -> None:
 
     corpus = build_demo_corpus(0)
     lm = memrisk.load_model(str(train_demo_model(corpus, progress=False)), batch_size=8)
-    planted, heldout = demo_windows(lm, corpus)
+    planted, copies, heldout = demo_windows(lm, corpus)
     mix = list(heldout[:32])
     for i, window in enumerate(planted[:4]):
         mix.insert(i * 10, window)
     prefixes, suffixes = [list(w.prefix_ids) for w in mix], [list(w.suffix_ids) for w in mix]
-    args = {"beam_width": 20, "prune": "levenshtein", "epsilon": 5, "tau_min": 1e-3, "batch_size": 8}
+    args = {"beam_width": 20, "prune": "levenshtein", "epsilon": 5, "tau_min": 1e-3, "batch_size": 10}
     compact, compact_s = timed(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, compaction=True, **args))
     padded, padded_s = timed(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, compaction=False, **args))
-    same = all(
-        [c.tokens for c in a.candidates] == [c.tokens for c in b.candidates]
-        and np.allclose([c.log_p for c in a.candidates], [c.log_p for c in b.candidates], atol=1e-6)
-        and a.stop == b.stop
-        for a, b in zip(compact, padded)
-    )
-    print(f"\nDemo model, {len(mix)} windows (4 planted = {4 / len(mix):.0%}, rest held out), Lev eps=5, tau_min stop")
+    differences = [i for i, (a, b) in enumerate(zip(compact, padded)) if not same_result(a, b)]
+    print(f"\nDemo model, {len(mix)} windows (4 planted = {4 / len(mix):.0%}, rest held out), Lev eps=5, tau_min stop, 10 sequences per batch")
     print(f"  padded batches: {padded_s:6.2f} s   compaction + refill: {compact_s:6.2f} s   speed-up {padded_s / compact_s:.1f}x (target >= 3x)")
-    print(f"  identical candidates, masses and stops: {same}")
+    print(f"  identical candidates, stops and token evaluations (log-p within {LOG_P_TOLERANCE:g}): "
+          f"{not differences}{'' if not differences else f' (differ: windows {differences})'}")
 
-    targets = planted[:8]
+    targets = [w for w, n in zip(planted, copies) if n == 16]
     prefixes, suffixes = [list(w.prefix_ids) for w in targets], [list(w.suffix_ids) for w in targets]
     found = memrisk.cbs(lm, prefixes, suffixes, TOP_K, beam_width=20, prune="levenshtein", epsilon=5, batch_size=8)
     small = memrisk.monte_carlo(lm, prefixes, suffixes, TOP_K, samples=20, epsilon=5, seed=0)
@@ -147,7 +158,7 @@ def demo_section() -> None:
     lower = np.array([r.lower_bound("levenshtein", 5) for r in found])
     reference = np.array([r.estimate[5] for r in large])
     cheap = np.array([r.estimate[5] for r in small])
-    print(f"\nDemo model, {len(targets)} planted windows, Lev eps=5 mass")
+    print(f"\nDemo model, {len(targets)} windows planted 16 times (partly memorized), Lev eps=5 mass")
     print(f"  token evaluations per sequence: CBS {np.mean([r.token_evals for r in found]):.0f}, MC(M=20) {np.mean([r.token_evals for r in small]):.0f}")
     print(f"  CBS lower bound / MC(M=10^4) estimate: {lower.sum() / reference.sum():.1%} of the mass (sum over windows)")
     print(f"  MC(M=20) / MC(M=10^4): {cheap.sum() / reference.sum():.1%}; windows where MC(M=20) saw no hit: {(cheap == 0).sum()}")

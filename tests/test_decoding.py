@@ -156,3 +156,16 @@ def test_scoring_several_policies_at_once_matches_each_distribution(many: list[D
         want = policy.log_probs(logits).gather(-1, targets[:, None]).squeeze(-1)
         assert torch.equal(torch.isinf(got), torch.isinf(want))
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(-3, 3), min_size=8, max_size=8).map(lambda xs: [x / 2 for x in xs]), min_size=1, max_size=5), policies, st.integers(1, 8))
+def test_top_children_are_the_most_likely_kept_tokens_in_order(rows: list[list[float]], policy: DecodingPolicy, width: int) -> None:
+    logits = torch.tensor(rows)
+    values, tokens, kept = policy.top_children(logits, width)
+    for row, got_values, got_tokens, got_kept in zip(rows, values, tokens, kept):
+        want = reference_log_probs(row, policy)
+        order = [i for i in sorted(range(len(row)), key=lambda i: (-want[i], i)) if want[i] > -math.inf]
+        assert int(got_kept) == len(order)
+        assert got_tokens.tolist()[: len(order)] == order[:width]
+        np.testing.assert_allclose(got_values.double().numpy()[: len(order)], [want[i] for i in order[:width]], atol=1e-5)

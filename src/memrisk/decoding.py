@@ -95,6 +95,36 @@ class DecodingPolicy:
             log_p = log_p - torch.logsumexp(log_p, dim=-1, keepdim=True)
         return log_p
 
+    def top_children(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The `width` most likely kept tokens of each row: log-probabilities (descending, ties to
+        lower ids), token ids, and each row's kept-set size. The numbers of `log_probs`; a plain
+        top-k policy gets them from one top-k pass, without the full distribution."""
+        vocab = logits.shape[-1]
+        k = self._k(vocab)
+        width = min(width, k)
+        if k < vocab and not self._nucleus:
+            scaled = self._scaled(logits)
+            top = torch.topk(scaled, min(k + 1, vocab), dim=-1)
+            log_p = top.values[..., :k] - torch.logsumexp(top.values[..., :k], dim=-1, keepdim=True)
+            values, tokens, kept = log_p, top.indices[..., :k], (log_p > float("-inf")).sum(-1)
+            if k + 1 <= vocab:
+                straddled = (top.values[..., k] == top.values[..., k - 1]).nonzero(as_tuple=True)
+                if len(straddled[0]):
+                    exact = self._children_from_log_probs(logits[straddled], k)
+                    values, tokens = values.clone(), tokens.clone()
+                    values[straddled], tokens[straddled] = exact[0], exact[1]
+            values, tokens = _by_value_then_id(values, tokens)
+            return values[..., :width], tokens[..., :width], kept
+        values, tokens, kept = self._children_from_log_probs(logits, width)
+        return values, tokens, kept
+
+    def _children_from_log_probs(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`top_children` through the full policy distribution."""
+        log_p = self.log_probs(logits)
+        tokens = top_k_mask(log_p, width).nonzero(as_tuple=True)[-1].view(*log_p.shape[:-1], width)
+        values, tokens = _by_value_then_id(log_p.gather(-1, tokens), tokens)
+        return values, tokens, (log_p > float("-inf")).sum(-1)
+
     def score(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log Pr_φ(target) for each row ([..., V], [...] -> [...]): `log_probs` gathered at `targets`."""
         return score_policies([self], logits, targets)[0]
@@ -113,6 +143,14 @@ class DecodingPolicy:
         points = uniforms.to(cdf.device, torch.float64).unsqueeze(-1) * cdf[..., -1:]
         drawn = torch.searchsorted(cdf, points, right=True).squeeze(-1)
         return drawn.clamp(max=cdf.shape[-1] - 1)
+
+
+def _by_value_then_id(values: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reorder (value, token) pairs of each row by value descending, equal values by token id."""
+    by_token = torch.sort(tokens, dim=-1, stable=True)
+    values, tokens = values.gather(-1, by_token.indices), by_token.values
+    order = torch.sort(values, dim=-1, descending=True, stable=True).indices
+    return values.gather(-1, order), tokens.gather(-1, order)
 
 
 def top_k_mask(logits: torch.Tensor, k: int) -> torch.Tensor:

@@ -237,15 +237,9 @@ class _BeamSearch:
 
     def _expand(self, logits: torch.Tensor, rows: _Rows) -> dict[str, torch.Tensor]:
         """Children of every row: tokens, scores, distance states, and masks of what survives."""
-        log_p = self.policy.log_probs(logits)
-        values, tokens = torch.topk(log_p, self.children, dim=-1)
-        by_token = torch.sort(tokens, dim=-1, stable=True)
-        values, tokens = values.gather(-1, by_token.indices), by_token.values
-        order = torch.sort(values, dim=-1, descending=True, stable=True).indices
-        values, tokens = values.gather(-1, order), tokens.gather(-1, order)
+        values, tokens, kept_size = self.policy.top_children(logits, self.children)
         valid = values > float("-inf")
         n_rows, width = tokens.shape
-        kept_size = (log_p > float("-inf")).sum(-1)
         tail = torch.where(
             kept_size > width,
             rows.log_p + torch.log1p(-torch.exp(torch.logsumexp(values.double(), dim=-1)).clamp(max=1.0)),
@@ -305,21 +299,34 @@ class _BeamSearch:
         new_rows = self._children_rows(rows, c, parents, slots)
         for s, count in zip(*torch.unique(new_rows.search, return_counts=True)):
             self.searches[int(s)].token_evals += int(count)
+        tokens = c["tokens"][parents, slots]
         if not self.compaction:
-            ghosts = (rows.ghost | stopped[rows.search]) & (rows.depth + 1 < self.target_lengths[rows.search])
-            ghost_index = ghosts.nonzero(as_tuple=True)[0]
-            ghost_rows = rows.take(ghost_index)
-            ghost_rows.ghost[:] = True
-            ghost_rows.depth += 1
-            parents = torch.cat([parents, ghost_index])
-            new_rows = _Rows.cat(new_rows, ghost_rows)
-            tokens = torch.cat([c["tokens"][parents[: len(slots)], slots], torch.zeros_like(ghost_index)])
-        else:
-            tokens = c["tokens"][parents, slots]
+            parents, new_rows, tokens = self._pad_beams(rows, parents, new_rows, tokens)
         if len(parents) == 0 or not bool((~new_rows.ghost).any()):
             return None, None, finished
         state = self.lm.step(self.lm.select_rows(state, parents), tokens)
         return state, new_rows, finished
+
+    def _pad_beams(
+        self, rows: _Rows, parents: torch.Tensor, new_rows: _Rows, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, _Rows, torch.Tensor]:
+        """Padded batches, the paper's fixed shape: every sequence of the batch keeps B rows each
+        step (ghost rows where it has fewer paths, or has stopped) until its suffix length."""
+        searches, inverse = torch.unique(rows.search, return_inverse=True)
+        position = torch.arange(len(rows.search), device=parents.device)
+        first = torch.full((len(searches),), len(position), device=parents.device).scatter_reduce(
+            0, inverse, position, reduce="amin"
+        )
+        real = torch.zeros(len(searches), dtype=torch.long, device=parents.device)
+        if len(new_rows.search):
+            real.index_add_(0, torch.searchsorted(searches, new_rows.search), torch.ones_like(new_rows.search))
+        continuing = rows.depth[first] + 1 < self.target_lengths[searches]
+        missing = torch.where(continuing, (self.beam_width - real).clamp(min=0), 0)
+        source = first.repeat_interleave(missing)
+        ghosts = rows.take(source)
+        ghosts.ghost = torch.ones_like(ghosts.ghost)
+        ghosts.depth = ghosts.depth + 1
+        return torch.cat([parents, source]), _Rows.cat(new_rows, ghosts), torch.cat([tokens, torch.zeros_like(source)])
 
     def _children_rows(self, rows: _Rows, c: dict[str, torch.Tensor], parents: torch.Tensor, slots: torch.Tensor) -> _Rows:
         """Beam rows for the selected children."""

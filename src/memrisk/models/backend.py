@@ -1,4 +1,4 @@
-"""The model backend: the only module that touches `transformers`.
+"""The model backend: with `kvcache`, the only code that touches `transformers`.
 
 `LanguageModel` wraps a causal LM (+ tokenizer) behind what memrisk needs: batched
 teacher-forced logits at the suffix positions only, and KV-cached incremental decoding.
@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from memrisk.errors import MemriskError
+from memrisk.models import kvcache
 
 SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -176,7 +177,7 @@ class LanguageModel:
         """Run the prefixes once and keep their KV cache for incremental decoding."""
         ids, mask = self._input_batch(prefixes)
         out = self._forward(ids, mask, keep=1, use_cache=True)
-        return DecodeState(out.past_key_values, mask, mask.sum(-1), out.logits[:, -1])
+        return DecodeState(kvcache.adopt(out.past_key_values), mask, mask.sum(-1), out.logits[:, -1])
 
     @torch.inference_mode()
     def step(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
@@ -201,10 +202,8 @@ class LanguageModel:
     def merge(self, first: DecodeState, second: DecodeState) -> DecodeState:
         """One decoding batch holding the rows of both (the shorter history is left-padded)."""
         width = max(first.attention_mask.shape[1], second.attention_mask.shape[1])
-        for mine, theirs in zip(_cache_layers(first.cache), _cache_layers(second.cache)):
-            mine.keys = torch.cat([_left_pad(mine.keys, width, -2), _left_pad(theirs.keys, width, -2)])
-            mine.values = torch.cat([_left_pad(mine.values, width, -2), _left_pad(theirs.values, width, -2)])
-        mask = torch.cat([_left_pad(first.attention_mask, width, 1), _left_pad(second.attention_mask, width, 1)])
+        kvcache.merge(first.cache, second.cache, width)
+        mask = torch.cat([kvcache.left_pad(first.attention_mask, width, 1), kvcache.left_pad(second.attention_mask, width, 1)])
         return _trim(DecodeState(
             first.cache,
             mask,
@@ -213,33 +212,13 @@ class LanguageModel:
         ))
 
 
-def _cache_layers(cache: Any) -> list[Any]:
-    """The per-layer key/value holders of a dynamic KV cache."""
-    layers = getattr(cache, "layers", None)
-    if layers is None or not all(hasattr(layer, "keys") and hasattr(layer, "values") for layer in layers):
-        raise MemriskError(f"batched decoding needs a dynamic KV cache; this model uses {type(cache).__name__}")
-    return layers
-
-
-def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
-    """Zero-pad `tensor` on the left of dimension `dim` up to `width`."""
-    missing = width - tensor.shape[dim]
-    if missing == 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[dim] = missing
-    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
-
-
 def _trim(state: DecodeState) -> DecodeState:
     """Drop leading cache columns that no row attends to any more."""
     used = state.attention_mask.any(dim=0)
     first = int(used.int().argmax()) if bool(used.any()) else 0
     if first == 0:
         return state
-    for layer in _cache_layers(state.cache):
-        layer.keys = layer.keys[..., first:, :]
-        layer.values = layer.values[..., first:, :]
+    kvcache.drop_leading(state.cache, first)
     return DecodeState(state.cache, state.attention_mask[:, first:], state.next_position, state.logits)
 
 
