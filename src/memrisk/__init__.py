@@ -13,13 +13,21 @@ from memrisk.extraction.discoverable import (
 )
 from memrisk.extraction.montecarlo import MonteCarloResult, monte_carlo, wilson_interval
 from memrisk.extraction.greedy import GreedyResult, greedy_extraction
+from memrisk.extraction.prior_aware import Calibration, PriorAwareResult, PriorAwareScores, calibrate, prior_aware
 from memrisk.extraction.probabilistic import VerbatimScores, verbatim_logprob, verbatim_scores
+from memrisk.data.bank import PrefixBank
 from memrisk.models.backend import LanguageModel, load_model
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CBSResult",
+    "Calibration",
+    "PrefixBank",
+    "PriorAwareResult",
+    "PriorAwareScores",
+    "calibrate",
+    "prior_aware",
     "Candidate",
     "Stop",
     "cbs",

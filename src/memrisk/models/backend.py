@@ -193,6 +193,31 @@ class LanguageModel:
         return DecodeState(out.past_key_values, mask, state.next_position + 1, out.logits[:, -1])
 
 
+    @torch.inference_mode()
+    def continuation_logits(self, state: DecodeState, suffixes: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits of suffixes continuing cached prefixes: [R, T, V] for suffixes [R, T].
+
+        The prefilled rows of `state` are tiled R / rows times (row r continues prefix r mod rows)
+        and left untouched, so one prefill serves any number of suffixes. Position t holds the
+        logits predicting suffix token t; rows may be right-padded (causal attention ignores it).
+        """
+        rows, (count, length) = state.attention_mask.shape[0], suffixes.shape
+        if count % rows:
+            raise MemriskError(f"{count} suffix rows do not tile {rows} cached prefixes")
+        tiles = count // rows
+        first = state.logits.repeat(tiles, 1).unsqueeze(1)
+        if length == 1:
+            return first
+        cache = kvcache.tiled_copy(state.cache, tiles, self.model.config)
+        history = state.attention_mask.repeat(tiles, 1)
+        mask = torch.cat([history, history.new_ones(count, length - 1)], dim=-1)
+        positions = state.next_position.repeat(tiles).unsqueeze(1) + torch.arange(length - 1, device=self.device)
+        out = self.model(
+            input_ids=suffixes[:, :-1].to(self.device), attention_mask=mask, position_ids=positions,
+            past_key_values=cache, use_cache=True,
+        )
+        return torch.cat([first, out.logits], dim=1)
+
     def select_rows(self, state: DecodeState, index: torch.Tensor) -> DecodeState:
         """Keep (and repeat) the rows `index` of a decoding batch, e.g. beam parents."""
         index = index.to(self.device)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from memrisk.errors import MemriskError
 
@@ -93,6 +93,12 @@ def adopt(cache: Any) -> Any:
         if type(layer) is DynamicLayer and layer.is_initialized:
             layers[i] = SpareColumnsLayer(layer.keys, layer.values)
     return cache
+
+
+def tiled_copy(cache: Any, tiles: int, config: Any) -> DynamicCache:
+    """A new plain cache holding the rows of `cache` repeated `tiles` times (the original is untouched)."""
+    data = [(layer.keys.repeat(tiles, 1, 1, 1), layer.values.repeat(tiles, 1, 1, 1)) for layer in cache_layers(cache)]
+    return DynamicCache(ddp_cache_data=data, config=config)
 
 
 def merge(first: Any, second: Any, width: int) -> None:
