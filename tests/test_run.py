@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -208,3 +209,31 @@ def test_cbs_policy_must_be_configured(tmp_path, model_dir, capsys) -> None:
     path = write_config(tmp_path, model_dir, methods=["cbs"], cbs={"policy": "nucleus"})
     assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
     assert "cbs.policy 'nucleus' is not one of the policies" in capsys.readouterr().err
+
+
+def test_prior_aware_method_adds_columns_calibration_and_filtered_rates(tmp_path, model_dir) -> None:
+    generic = ["the quick brown fox jumps over the lazy dog", "a river ran past old mill where children played"]
+    config = load_config(write_config(
+        tmp_path, model_dir, methods=["probabilistic", "greedy", "prior_aware"],
+        prior_aware={"prefixes_per_trial": 6, "trials": 2, "generic_sequences": generic, "m": 1e-3},
+    ))
+    summary = run_experiment(config, tmp_path / "out", progress=False)
+    rows = records(tmp_path / "out")
+    info = json.loads((tmp_path / "out" / "prior_aware.json").read_text())
+    assert info["n_source"] == "calibrated" and info["bank_datasets"] == ["story"] and len(info["calibration"]["log_ratios"]) == 2
+    for row in rows:
+        assert len(row["pa_log_prior_trials"]) == 2
+        assert row["pa_log_ratio"] == pytest.approx(row["pa_log_p"] - row["pa_log_prior"])
+        assert row["pa_log_p"] == pytest.approx(row["log_p.full"], abs=1e-6)
+        assert row["pa_memorized"] == (row["pa_log_p"] > math.log(1e-3) and row["pa_log_ratio"] > math.log(info["n"]))
+        # the bank comes from the story's single document, which its own windows leave out
+        assert row["pa_prefixes_used"] == (0 if row["dataset"] == "story" else 12)
+        assert (row["pa_log_prior"] == -math.inf) == (row["dataset"] == "story")
+    story = summary["datasets"]["story"]["prior_aware"]
+    story_rows = [r for r in rows if r["dataset"] == "story"]
+    assert story["pa_memorized"] == sum(r["pa_memorized"] for r in story_rows)
+    assert story["extractable"] == sum(r["pa_extractable"] for r in story_rows)
+    greedy = story["filtered"]["greedy"]
+    assert greedy["extracted_and_pa_memorized"] == sum(r["greedy_exact"] and r["pa_memorized"] for r in story_rows)
+    extremes = summary["prior_aware_extremes"]
+    assert extremes["lowest"][0]["log10_ratio"] <= extremes["highest"][0]["log10_ratio"]

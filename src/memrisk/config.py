@@ -98,6 +98,33 @@ class CBSConfig(_Strict):
         return None if self.prune == "none" else self.prune
 
 
+class PriorAwareConfig(_Strict):
+    """Prior-aware memorization settings (PA paper; SPEC §7).
+
+    The bank is `prefixes_per_trial` × `trials` windows of `prefix_length` tokens (default: the
+    windows' prefix length) drawn from `bank_datasets` (default: every target dataset).
+    `m` defaults by suffix length (1e-2 up to 10 tokens, else 1e-4); `n` is calibrated on
+    generic sequences (PA Appendix B, or `generic_sequences`) unless given.
+    """
+
+    prefixes_per_trial: int = Field(200, ge=1)
+    trials: int = Field(5, ge=1)
+    prefix_length: int | None = Field(None, ge=1)
+    bank_datasets: list[str] | None = None
+    exclude_own_document: bool = True
+    m: float | None = Field(None, ge=0.0, lt=1.0)
+    n: float | Literal["calibrate"] = "calibrate"
+    generic_sequences: list[str] | None = None
+    seed: int = 0
+
+    @field_validator("n")
+    @classmethod
+    def _non_negative(cls, n: float | str) -> float | str:
+        if not isinstance(n, str) and n < 0:
+            raise ValueError(f"n must be >= 0 or 'calibrate', got {n}")
+        return n
+
+
 class ExperimentConfig(_Strict):
     """A whole experiment: model, data, windows, decoding policies and methods."""
 
@@ -105,8 +132,9 @@ class ExperimentConfig(_Strict):
     datasets: list[DatasetConfig] = Field(min_length=1)
     windows: WindowConfig = WindowConfig()
     policies: list[PolicyConfig] = Field(default_factory=lambda: [PolicyConfig(top_k=40)], min_length=1)
-    methods: list[Literal["probabilistic", "greedy", "cbs"]] = Field(default_factory=lambda: list(DEFAULT_METHODS), min_length=1)
+    methods: list[Literal["probabilistic", "greedy", "cbs", "prior_aware"]] = Field(default_factory=lambda: list(DEFAULT_METHODS), min_length=1)
     cbs: CBSConfig = CBSConfig()
+    prior_aware: PriorAwareConfig = PriorAwareConfig()
     tau_min: float = Field(1e-3, gt=0.0, le=1.0)
     shard_size: int = Field(64, ge=1)
 
@@ -136,6 +164,14 @@ class ExperimentConfig(_Strict):
         labels = [p.label for p in self.policies]
         if self.cbs.policy is not None and self.cbs.policy not in labels:
             raise ValueError(f"cbs.policy {self.cbs.policy!r} is not one of the policies {labels}")
+        return self
+
+    @model_validator(mode="after")
+    def _bank_datasets_exist(self) -> ExperimentConfig:
+        names = [d.name for d in self.datasets]
+        unknown = [n for n in self.prior_aware.bank_datasets or [] if n not in names]
+        if unknown:
+            raise ValueError(f"prior_aware.bank_datasets {unknown} are not datasets of this config {names}")
         return self
 
     def cbs_policy(self) -> PolicyConfig:

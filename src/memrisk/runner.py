@@ -16,13 +16,16 @@ from memrisk.data.sources import Document, read_documents
 from memrisk.data.windows import Window, WindowSet, make_windows
 from memrisk.extraction.cbs import CBSResult, cbs, text_masses
 from memrisk.extraction.greedy import greedy_extraction
+from memrisk.extraction.prior_aware import PriorAwareResult, calibrate, default_m, prior_aware
 from memrisk.extraction.probabilistic import verbatim_scores
+from memrisk.data.bank import PrefixBank
 from memrisk.models.backend import LanguageModel, load_model
 from memrisk.report.summary import summarize
 from memrisk.store import CONFIG, RecordStore
 
 SUMMARY = "summary.json"
 WINDOWS = "windows.json"
+PRIOR_AWARE = "prior_aware.json"
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,52 @@ class Example:
     def example_id(self) -> str:
         """Identifier unique across the run's datasets."""
         return f"{self.dataset}/{self.window.example_id}"
+
+
+@dataclass(frozen=True)
+class PriorSetup:
+    """What every chunk of a run shares for prior-aware scoring: the bank and the thresholds."""
+
+    bank: PrefixBank
+    m: float
+    n: float
+    info: dict[str, Any]
+
+
+def prior_setup(config: ExperimentConfig, lm: LanguageModel, documents: dict[str, list[Document]]) -> PriorSetup:
+    """Draw the run's prefix bank (seeded) and settle m and n (calibrating n once when asked)."""
+    pa = config.prior_aware
+    names = pa.bank_datasets or [d.name for d in config.datasets if d.role == "target"] or [d.name for d in config.datasets]
+    pool = [Document(f"{name}/{doc.doc_id}", doc.text) for name in names for doc in documents[name]]
+    length = pa.prefix_length or config.windows.prefix_length
+    bank = PrefixBank.from_documents(lm, pool, length=length, size=pa.prefixes_per_trial * pa.trials, seed=pa.seed)
+    m = pa.m if pa.m is not None else default_m(config.windows.suffix_length)
+    calibration = None
+    if pa.n == "calibrate":
+        calibration = calibrate(lm, bank, sequences=pa.generic_sequences, suffix_length=config.windows.suffix_length, trials=pa.trials)
+    n = calibration.n if calibration else float(pa.n)
+    info = {
+        "m": m, "n": n, "n_source": "calibrated" if calibration else "given", "bank": bank.description,
+        "bank_datasets": names, "prefixes_per_trial": pa.prefixes_per_trial, "trials": pa.trials,
+        "calibration": None if calibration is None else {
+            "sequences": list(calibration.sequences), "log_ratios": list(calibration.log_ratios), "log_n": calibration.log_n,
+        },
+    }
+    return PriorSetup(bank, m, n, info)
+
+
+def prior_aware_record(result: PriorAwareResult) -> dict[str, Any]:
+    """Record columns of one prior-aware verdict (natural logs)."""
+    return {
+        "pa_log_p": result.log_p,
+        "pa_log_prior": result.log_prior,
+        "pa_log_prior_trials": list(result.log_prior_trials),
+        "pa_log_ratio": result.log_ratio,
+        "pa_log_ratio_spread": result.log_ratio_spread,
+        "pa_prefixes_used": result.prefixes_used,
+        "pa_extractable": result.extractable,
+        "pa_memorized": result.pa_memorized,
+    }
 
 
 def load_documents(config: ExperimentConfig) -> dict[str, list[Document]]:
@@ -83,7 +132,9 @@ def versions(lm: LanguageModel) -> dict[str, Any]:
     }
 
 
-def score_examples(config: ExperimentConfig, lm: LanguageModel, examples: Sequence[Example]) -> list[dict[str, Any]]:
+def score_examples(
+    config: ExperimentConfig, lm: LanguageModel, examples: Sequence[Example], prior: PriorSetup | None = None
+) -> list[dict[str, Any]]:
     """Run the configured methods on a batch of examples and return one record per example."""
     prefixes = [list(e.window.prefix_ids) for e in examples]
     suffixes = [list(e.window.suffix_ids) for e in examples]
@@ -129,6 +180,11 @@ def score_examples(config: ExperimentConfig, lm: LanguageModel, examples: Sequen
     if "cbs" in config.methods:
         for record, result in zip(records, run_cbs(config, lm, prefixes, suffixes)):
             record |= cbs_record(config, lm, result, record["suffix_text"])
+    if prior is not None:
+        own = [f"{e.dataset}/{e.window.doc_id}" for e in examples] if config.prior_aware.exclude_own_document else None
+        scores = prior_aware(lm, prefixes, suffixes, prior.bank, prior.m, prior.n, trials=config.prior_aware.trials, documents=own)
+        for record, result in zip(records, scores.results):
+            record |= prior_aware_record(result)
     return records
 
 
@@ -199,14 +255,17 @@ def run_experiment(
         m.name, revision=m.revision, dtype=m.dtype, device=m.device, gguf_file=m.gguf_file, batch_size=m.batch_size
     )
     examples, window_info = build_examples(config, lm)
+    prior = prior_setup(config, lm, load_documents(config)) if "prior_aware" in config.methods else None
     store = RecordStore.open(out_dir, config.model_dump(mode="json"), config.identity(), force=force)
     store.write_json("versions.json", versions(lm))
     store.write_json(WINDOWS, window_info)
+    if prior is not None:
+        store.write_json(PRIOR_AWARE, prior.info)
     done = store.done_ids
     todo = [e for e in examples if e.example_id not in done]
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="examples", unit="ex", disable=not progress)
     for chunk in chunks(todo, config.shard_size):
-        store.append(score_examples(config, lm, chunk))
+        store.append(score_examples(config, lm, chunk, prior))
         bar.update(len(chunk))
     bar.close()
     summary = summarize(store.read_records(), config, window_info)

@@ -90,6 +90,64 @@ def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     return out
 
 
+def prior_aware_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
+    """Extractable (P(s|p) > m) vs PA-memorized counts, the PA share, and PA as a filter on the
+    other methods' extraction verdicts ("extractable and PA-memorized").
+
+    `column(name)` returns one record column as an array (list columns as object arrays).
+    """
+    memorized = column("pa_memorized").astype(bool)
+    extractable = column("pa_extractable").astype(bool)
+    ratio = column("pa_log_ratio").astype(np.float64)
+    out: dict[str, Any] = {
+        "extractable": int(extractable.sum()),
+        "pa_memorized": int(memorized.sum()),
+        "pa_share": float(memorized.sum() / extractable.sum()) if extractable.any() else None,
+        "median_log10_ratio": _finite_stat(log10(ratio), np.median),
+        "median_log10_ratio_spread": _finite_stat(log10(column("pa_log_ratio_spread").astype(np.float64)), np.median),
+    }
+    tau = config.tau_min
+    filtered: dict[str, Any] = {}
+    if "probabilistic" in config.methods:
+        for policy in config.policies:
+            verdict = column(f"log_p.{policy.label}").astype(np.float64) >= math.log(tau)
+            filtered[f"probabilistic.{policy.label}"] = _filtered(verdict, memorized)
+    if "greedy" in config.methods:
+        filtered["greedy"] = _filtered(column("greedy_exact").astype(bool), memorized)
+    if "cbs" in config.methods:
+        distance = config.cbs.prune_mode or "levenshtein"
+        near = np.array([v[-1] for v in column(f"cbs_lower.{distance}")], dtype=np.float64)
+        filtered[f"cbs.{distance}.eps{config.cbs.epsilon}"] = _filtered(near >= tau, memorized)
+    out["filtered"] = filtered
+    return out
+
+
+def _filtered(extracted: np.ndarray, memorized: np.ndarray) -> dict[str, Any]:
+    """Counts and rates of a method's extracted examples before and after the PA filter."""
+    both = extracted & memorized
+    n = max(len(extracted), 1)
+    return {
+        "extracted": int(extracted.sum()), "rate": float(extracted.sum() / n),
+        "extracted_and_pa_memorized": int(both.sum()), "pa_rate": float(both.sum() / n),
+    }
+
+
+def prior_aware_extremes(rows: dict[str, list], count: int = 10) -> dict[str, list[dict[str, Any]]]:
+    """The examples with the lowest and the highest log P(s|p) / v̂ ratio."""
+    ratio = np.asarray(rows["pa_log_ratio"], dtype=np.float64)
+    order = np.argsort(ratio, kind="stable")
+
+    def entry(i: int) -> dict[str, Any]:
+        return {
+            "example_id": rows["example_id"][i], "dataset": rows["dataset"][i], "role": rows["role"][i],
+            "log10_p": float(log10(rows["pa_log_p"][i])), "log10_prior": float(log10(rows["pa_log_prior"][i])),
+            "log10_ratio": float(log10(ratio[i])), "pa_memorized": bool(rows["pa_memorized"][i]),
+            "suffix_text": rows["suffix_text"][i],
+        }
+
+    return {"lowest": [entry(i) for i in order[:count]], "highest": [entry(i) for i in order[::-1][:count]]}
+
+
 def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, Any]) -> dict[str, Any]:
     """Per-dataset rates for every method and policy, (n,p) tables and the top sequences."""
     labels = [p.label for p in config.policies]
@@ -124,7 +182,11 @@ def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, 
             entry["greedy"] = greedy_stats(column)
         if "cbs" in config.methods and mask.any():
             entry["cbs"] = cbs_stats(column, config)
+        if "prior_aware" in config.methods and mask.any():
+            entry["prior_aware"] = prior_aware_stats(column, config)
         summary["datasets"][dataset.name] = entry
+    if "prior_aware" in config.methods:
+        summary["prior_aware_extremes"] = prior_aware_extremes(rows)
     if "probabilistic" in config.methods:
         summary["top_sequences"] = top_sequences(rows, labels[0])
         if "cbs" in config.methods:
