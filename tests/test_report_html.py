@@ -109,6 +109,7 @@ def test_report_is_written_into_the_run_folder_with_figures(report: Path) -> Non
     figures = {p.name for p in (report.parent / "figures").iterdir()}
     for name in ("scatter", "ccdf", "shell-heatmap", "shell-violins", "rates", "np-curves", "book-heatmap"):
         assert {f"{name}.png", f"{name}.svg"} <= figures
+    assert "prior-aware.png" not in figures
     page = report.read_text(encoding="utf-8")
     images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(images) == 7
@@ -133,6 +134,7 @@ def test_report_shows_configuration_tables_and_sequences(report: Path) -> None:
     for expected in ("rev-1", "B = 3, k = 40, ε = 2", "a = 4, T = 4", "τ_min", "0.1.0 / 2.13.0 / 4.56", "short documents skipped"):
         assert expected in text
     assert "Top extracted target sequences" in text and "Top unlocked target sequences" in text
+    assert "Prior-aware memorization" not in text
     unlocked = text.split("Top unlocked target sequences")[1].split("Negative-control hits")[0]
     assert "book/" + IMG + "@10" in unlocked and "book/" + IMG + "@20" in unlocked and "@0" not in unlocked
     controls = text.split("Negative-control hits")[1]
@@ -172,6 +174,10 @@ def test_figures_render_degenerate_inputs_without_warnings() -> None:
         figures.np_curves_figure({"target": metrics.np_curves(empty, None)}),
         figures.book_heatmap_figure([blank], 1e-3, "LB"),
         figures.book_heatmap_figure([], 1e-3, "LB"),
+        figures.prior_aware_figure(empty, empty, empty, empty, 1e-3, 2.0),
+        figures.prior_aware_figure(np.array([-np.inf, -5.0]), np.array([-2.0, -np.inf]), np.array(["target", "control"]),
+                                   np.array([True, False]), 1e-3, 2.0),
+        figures.prior_aware_figure(np.array([-5.0]), np.array([-2.0]), np.array(["control"]), np.array([True]), 0.0, 0.0),
     ]
     for fig in drawn:
         png, svg = figures.render(fig)

@@ -19,7 +19,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from memrisk.report.metrics import CCDF_POINTS, BookHeatmap, categories, max_pool
+from memrisk.report.metrics import CCDF_POINTS, ROLES, BookHeatmap, categories, finite_points, max_pool
 
 COLOURS = {"blue": "#1f77b4", "orange": "#ff7f0e", "red": "#d62728"}
 SERIES = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
@@ -101,6 +101,46 @@ def scatter_figure(log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: 
     _power_ticks(ax, "y")
     ax.set_xlabel("verbatim p_z (teacher forcing)")
     ax.set_ylabel(f"near-verbatim lower bound {plain(label)}")
+    ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def prior_aware_figure(log_prior: np.ndarray, log_p: np.ndarray, role: np.ndarray, memorized: np.ndarray, m: float, n: float) -> Figure:
+    """log10 P(s|p) against the prior log10 v̂_s (natural logs in), one colour per role, PA-memorized as stars.
+
+    Points with a non-finite coordinate are left out; lines at log10 m and on the PA boundary y = x + log10 n.
+    """
+    fig = new_figure(6.0, 5.0)
+    ax = fig.add_subplot()
+    shown = finite_points(log_prior, log_p)
+    if not shown.any():
+        _no_data(ax, "no sequence has a finite prior and P(s|p)")
+        return fig
+    x = np.asarray(log_prior, dtype=np.float64)[shown] / np.log(10.0)
+    y = np.asarray(log_p, dtype=np.float64)[shown] / np.log(10.0)
+    role, memorized = np.asarray(role)[shown], np.asarray(memorized, dtype=bool)[shown]
+    many = shown.sum() > RASTERIZE_ABOVE
+    for colour, name in zip(SERIES, ROLES):
+        for mask, label, style in (
+            ((role == name) & ~memorized, name, {"s": 14, "marker": "o", "facecolors": "none", "edgecolors": colour}),
+            ((role == name) & memorized, f"{name}, PA-memorized",
+             {"s": 70, "marker": "*", "color": colour, "edgecolors": "black", "linewidths": 0.4}),
+        ):
+            if mask.any():
+                ax.scatter(x[mask], y[mask], label=f"{label} ({mask.sum()})", rasterized=many, **style)
+    low_y, high_y = y.min(), y.max()
+    if m > 0:
+        log_m = np.log10(m)
+        low_y, high_y = min(low_y, log_m), max(high_y, log_m)
+        ax.axhline(log_m, ls=":", color="grey", lw=1.0, label=f"P(s|p) = m = {m:g}")
+    if n > 0:
+        ax.axline((0.0, np.log10(n)), slope=1.0, ls="--", color="black", lw=0.8, label=f"P(s|p) / prior = n = {n:.3g}")
+    ax.set_xlim(x.min() - 0.5, x.max() + 0.5)
+    ax.set_ylim(low_y - 0.5, high_y + 0.5)
+    _power_ticks(ax, "x")
+    _power_ticks(ax, "y")
+    ax.set_xlabel(r"prior $\hat{v}_s$ (mean P(s|q) over bank prefixes q)")
+    ax.set_ylabel("P(s|p) (full distribution)")
     ax.legend(loc="lower right", fontsize=8)
     return fig
 

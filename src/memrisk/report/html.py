@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.errors import MemriskError
 from memrisk.report import figures, metrics
-from memrisk.runner import WINDOWS
+from memrisk.runner import PRIOR_AWARE, WINDOWS
 from memrisk.store import CONFIG, RecordStore
 
 REPORT = "report.html"
@@ -85,6 +85,13 @@ def pct(value: float | None) -> str:
     return "—" if value is None else f"{100.0 * value:.2f}%"
 
 
+def log10_text(value: float | None) -> str:
+    """A log10 value with two decimals ('−∞' / '+∞' at the ends, '—' when undefined)."""
+    if value is None:
+        return "—"
+    return f"{value:.2f}" if math.isfinite(value) else ("+∞" if value > 0 else "−∞")
+
+
 def count_rate(count: int, total: int) -> str:
     """'k/n (x%)'."""
     return f"{count}/{total} ({pct(metrics.fraction(count, total))})"
@@ -119,6 +126,7 @@ class Run:
     config: ExperimentConfig
     versions: dict[str, Any]
     windows: dict[str, Any]
+    prior: dict[str, Any]
     table: pa.Table
     arrays: metrics.RunArrays
 
@@ -136,6 +144,11 @@ class Run:
     def near_verbatim(self) -> bool:
         """Whether the run has both p_z and CBS bounds."""
         return self.arrays.log_p is not None and self.arrays.lower is not None
+
+    @property
+    def prior_aware(self) -> bool:
+        """Whether the run has prior-aware (PA) columns."""
+        return self.arrays.pa_log_p is not None
 
     def role(self, role: str) -> metrics.RunArrays:
         """The sequences of one role."""
@@ -157,7 +170,7 @@ def load_run(folder: Path) -> Run:
     config = parse_config(store.read_yaml(CONFIG))
     records = store.read_records()
     return Run(store, config.model.name, config, _optional_json(store, VERSIONS), _optional_json(store, WINDOWS),
-               records, metrics.run_arrays(records, config))
+               _optional_json(store, PRIOR_AWARE), records, metrics.run_arrays(records, config))
 
 
 def labelled(runs: Sequence[Run]) -> list[Run]:
@@ -404,6 +417,69 @@ def sequences_section(run: Run) -> Html:
     return join(parts)
 
 
+def prior_aware_settings(run: Run) -> Html:
+    """m, n (calibrated or given, with the calibration ratios), the prefix bank, c and trials, from prior_aware.json."""
+    info = run.prior
+    if not info:
+        return note(f"{PRIOR_AWARE} is missing from the run folder: m, n and the prefix bank are unknown.")
+    calibrated = info["n_source"] == "calibrated"
+    source = "calibrated: the mean ratio of the generic sequences below" if calibrated else "given in the config"
+    line = (f"m = {info['m']:g}, n = {info['n']:.4g} ({source}); prefix bank {info['bank']} from "
+            f"{', '.join(info['bank_datasets'])}; c = {info['prefixes_per_trial']} prefixes per trial, {info['trials']} trials.")
+    if not calibrated:
+        return tag("p", line)
+    cal = info["calibration"]
+    rows = [(text, log10_text(r / math.log(10.0))) for text, r in zip(cal["sequences"], cal["log_ratios"])]
+    rows.append(("n (the mean ratio)", log10_text(cal["log_n"] / math.log(10.0))))
+    return join([tag("p", line), table(["calibration sequence", "log10 P(s|p) / v̂_s"], rows)])
+
+
+def prior_aware_tables(run: Run) -> Html:
+    """Per dataset: extractable and PA-memorized counts, PA share, median ratio and spread; then the filtered rates."""
+    stats = metrics.prior_aware_by_dataset(run.table, run.config)
+    roles = {d.name: d.role for d in run.config.datasets}
+    header = ["dataset", "role", "examples", "extractable (P(s|p) > m)", "PA-memorized", "PA share (memorized / extractable)",
+              "median log10 P(s|p) / v̂_s", "median trial spread (decades)"]
+    rows = [(name, roles[name], s["examples"], count_rate(s["extractable"], s["examples"]),
+             count_rate(s["pa_memorized"], s["examples"]), pct(s["pa_share"]), log10_text(s["median_log10_ratio"]),
+             log10_text(s["median_log10_ratio_spread"])) for name, s in stats.items()]
+    filtered = [(name, method, count_rate(f["extracted"], s["examples"]), count_rate(f["extracted_and_pa_memorized"], s["examples"]))
+                for name, s in stats.items() for method, f in s["filtered"].items()]
+    return join([
+        table(header, rows),
+        tag("h4", "Other methods filtered by PA"),
+        table(["dataset", "method", "extracted", "extracted and PA-memorized"], filtered) if filtered
+        else note("The run has no other extraction method to filter."),
+    ])
+
+
+def extremes_table(entries: Sequence[dict[str, Any]]) -> Html:
+    """Sequences with their log10 P(s|p), prior and ratio, PA verdict and suffix text."""
+    rows = [(e["example_id"], e["dataset"], e["role"], log10_text(e["log10_p"]), log10_text(e["log10_prior"]),
+             log10_text(e["log10_ratio"]), "yes" if e["pa_memorized"] else "no", tag("div", e["suffix_text"], class_="text"))
+            for e in entries]
+    return table(["example", "dataset", "role", "log10 P(s|p)", "log10 v̂_s", "log10 ratio", "PA-memorized", "suffix"], rows)
+
+
+def prior_aware_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
+    """Settings, per-dataset PA counts and filtered rates, the prior scatter, and the lowest and highest ratios."""
+    a = run.arrays
+    parts: list[object] = [tag("h3", "Prior-aware memorization"), prior_aware_settings(run), prior_aware_tables(run)]
+    pics: list[Picture] = []
+    if run.prior:
+        dropped = a.count - int(metrics.finite_points(a.pa_log_prior, a.pa_log_p).sum())
+        caption = (f"P(s|p) against the prior v̂_s (log–log), targets and controls; PA-memorized sequences are stars. "
+                   f"Dotted: P(s|p) = m; dashed: the PA boundary P(s|p) = n·v̂_s. {dropped} of {a.count} sequences with "
+                   "v̂_s = 0 or P(s|p) = 0 are not drawn.")
+        pics.append(picture(f"{prefix}prior-aware", caption, figures.prior_aware_figure(
+            a.pa_log_prior, a.pa_log_p, a.role, a.pa_memorized, run.prior["m"], run.prior["n"])))
+        parts += map(figure_html, pics)
+    ends = metrics.prior_aware_ends(run.table, TOP_ROWS)
+    parts += [tag("h4", f"{TOP_ROWS} lowest ratios P(s|p) / v̂_s"), extremes_table(ends["lowest"]),
+              tag("h4", f"{TOP_ROWS} highest ratios P(s|p) / v̂_s"), extremes_table(ends["highest"])]
+    return join(parts), pics
+
+
 def run_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
     """The report section of one run and its figures."""
     parts = [tag("h2", f"Run: {run.label}"), tag("h3", "Configuration"), signature(run)]
@@ -416,6 +492,10 @@ def run_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
         parts.append(near_verbatim_tables(run))
     pics = run_pictures(run, prefix)
     parts += [tag("h3", "Figures"), *map(figure_html, pics), sequences_section(run)]
+    if run.prior_aware:
+        section, prior_pics = prior_aware_section(run, prefix)
+        parts.append(section)
+        pics += prior_pics
     return join(parts), pics
 
 

@@ -16,10 +16,11 @@ import pyarrow as pa
 
 from memrisk.config import ExperimentConfig
 from memrisk.extraction.discoverable import rate_table
-from memrisk.report.summary import probabilistic_stats
+from memrisk.report.summary import prior_aware_extremes, prior_aware_stats, probabilistic_stats
 
 CCDF_POINTS = (1e-3, 1e-2, 1e-1)
 ROLES = ("target", "control")
+EXTREME_COLUMNS = ("example_id", "dataset", "role", "pa_log_p", "pa_log_prior", "pa_log_ratio", "pa_memorized", "suffix_text")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class RunArrays:
     greedy_exact: np.ndarray | None = None
     greedy_distance: np.ndarray | None = None
     lower: np.ndarray | None = None
+    pa_log_p: np.ndarray | None = None
+    pa_log_prior: np.ndarray | None = None
+    pa_memorized: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -96,6 +100,9 @@ def run_arrays(table: pa.Table, config: ExperimentConfig) -> RunArrays:
         greedy_exact=_column(table, "greedy_exact", bool) if "greedy" in methods else None,
         greedy_distance=_column(table, f"greedy_{distance}", np.int64) if "greedy" in methods else None,
         lower=_list_column(table, f"cbs_lower.{distance}", len(epsilons)) if "cbs" in methods else None,
+        pa_log_p=_column(table, "pa_log_p", np.float64) if "prior_aware" in methods else None,
+        pa_log_prior=_column(table, "pa_log_prior", np.float64) if "prior_aware" in methods else None,
+        pa_memorized=_column(table, "pa_memorized", bool) if "prior_aware" in methods else None,
     )
 
 
@@ -237,6 +244,28 @@ def policy_table(arrays: RunArrays, tau: float) -> dict[str, dict[str, Any]]:
     if not arrays.policy_log_p:
         return {}
     return {label: probabilistic_stats(lp, tau) for label, lp in arrays.policy_log_p.items()}
+
+
+def finite_points(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Mask of the points whose two coordinates are finite."""
+    return np.isfinite(np.asarray(x, dtype=np.float64)) & np.isfinite(np.asarray(y, dtype=np.float64))
+
+
+def prior_aware_by_dataset(table: pa.Table, config: ExperimentConfig) -> dict[str, dict[str, Any]]:
+    """Per dataset with records: its example count and summary.json's `prior_aware` entry, from the records."""
+    datasets = _column(table, "dataset", object)
+    out = {}
+    for dataset in config.datasets:
+        part = table.filter(pa.array(datasets == dataset.name, type=pa.bool_()))
+        if part.num_rows:
+            stats = prior_aware_stats(lambda name, part=part: part.column(name).to_numpy(zero_copy_only=False), config)
+            out[dataset.name] = {"examples": part.num_rows} | stats
+    return out
+
+
+def prior_aware_ends(table: pa.Table, count: int) -> dict[str, list[dict[str, Any]]]:
+    """summary.json's `prior_aware_extremes` (lowest and highest P(s|p) / v̂ ratio), from the records."""
+    return prior_aware_extremes(table.select(list(EXTREME_COLUMNS)).to_pydict(), count)
 
 
 @dataclass(frozen=True)
