@@ -10,7 +10,7 @@
 3. Demo model, windows planted 16 times: CBS lower bound vs Monte Carlo with M = B samples (about the
    same token evaluations) and vs a 10,000-sample Monte Carlo reference.
 
-Run: python benchmarks/cbs.py [--windows 8] [--skip-smollm2] [--skip-demo]
+Run: python benchmarks/cbs.py [--windows 8] [--skip-smollm2] [--skip-demo] [--skip-mc]
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def demo_windows(lm: memrisk.LanguageModel, corpus: Any) -> tuple[list[Any], lis
     return planted_w, [copies[w.doc_id] for w in planted_w], heldout_w
 
 
-def demo_section() -> None:
+def demo_section(skip_mc: bool) -> None:
     """Sections 2 and 3 on the demo model (trained here; cached after the first run)."""
     from memrisk.demo.corpus import build_demo_corpus
     from memrisk.demo.train import train_demo_model
@@ -150,6 +150,8 @@ def demo_section() -> None:
     print(f"  identical candidates, stops and token evaluations (log-p within {LOG_P_TOLERANCE:g}): "
           f"{not differences}{'' if not differences else f' (differ: windows {differences})'}")
 
+    if skip_mc:
+        return
     targets = [w for w, n in zip(planted, copies) if n == 16]
     prefixes, suffixes = [list(w.prefix_ids) for w in targets], [list(w.suffix_ids) for w in targets]
     found = memrisk.cbs(lm, prefixes, suffixes, TOP_K, beam_width=20, prune="levenshtein", epsilon=5, batch_size=8)
@@ -171,11 +173,12 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--skip-demo", action="store_true")
+    parser.add_argument("--skip-mc", action="store_true", help="skip section 3 (its 10^4-sample reference takes ~10-20 min)")
     args = parser.parse_args()
     if not args.skip_smollm2:
         smollm2_section(args.windows)
     if not args.skip_demo:
-        demo_section()
+        demo_section(args.skip_mc)
 
 
 if __name__ == "__main__":
