@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 DUPLICATION_COUNTS: tuple[int, ...] = (1, 4, 16, 64)
 PASSAGES_PER_COUNT = 8
@@ -23,6 +24,14 @@ MAX_PASSAGE_CHARS = 960
 MIN_DOCUMENT_CHARS = 200
 MAX_DOCUMENT_CHARS = 1500
 SHINGLE_WORDS = 12
+GENERIC_CONTEXTS = 200
+GENERIC_MIN_CONTEXT_CHARS = 300
+GENERIC_SENTENCE = (
+    "[Reference note] This page is part of the reference documentation. The functions and classes described here are "
+    "available on all supported platforms unless noted otherwise, and the examples assume that the module "
+    "has been imported first. Please report mistakes in this text through the usual channels so that they "
+    "can be corrected in a later release of the documentation."
+)
 
 SOURCE_MODULES: tuple[str, ...] = (
     "abc",
@@ -138,12 +147,23 @@ class PlantedPassage:
 
 
 @dataclass(frozen=True)
+class GenericPlant:
+    """A boilerplate sentence inserted at a random word boundary of many training documents:
+    about as likely after any text as after the contexts it followed (the prior-aware negative
+    example). `contexts` holds the text before each insertion."""
+
+    text: str
+    contexts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class DemoCorpus:
     """Training documents plus the planted and held-out passages used as ground truth."""
 
     training_documents: list[str]
     planted: list[PlantedPassage]
     heldout: list[str]
+    generic: GenericPlant
     seed: int = 0
 
     def fingerprint(self) -> str:
@@ -153,6 +173,7 @@ class DemoCorpus:
             "training_documents": self.training_documents,
             "planted": [[p.text, p.copies] for p in self.planted],
             "heldout": self.heldout,
+            "generic": [self.generic.text, list(self.generic.contexts)],
         }
         return hashlib.sha256(json.dumps(payload).encode("utf-8")).hexdigest()
 
@@ -176,9 +197,39 @@ def build_demo_corpus(seed: int = 0) -> DemoCorpus:
     heldout = [candidates[source] for source in chosen[needed - HELDOUT_PASSAGES :]]
     excluded = set(chosen)
     training = sorted(doc for doc in documents if doc not in excluded)
+    training, generic = _insert_generic(training, rng)
     training += [p.text for p in planted for _ in range(p.copies)]
     rng.shuffle(training)
-    return DemoCorpus(training_documents=training, planted=planted, heldout=heldout, seed=seed)
+    return DemoCorpus(training_documents=training, planted=planted, heldout=heldout, generic=generic, seed=seed)
+
+
+def _insert_generic(training: list[str], rng: random.Random) -> tuple[list[str], GenericPlant]:
+    """Insert the generic sentence at a random word boundary (past the first
+    GENERIC_MIN_CONTEXT_CHARS characters) of GENERIC_CONTEXTS random documents."""
+    long_enough = [i for i, doc in enumerate(training) if len(doc) >= 2 * GENERIC_MIN_CONTEXT_CHARS]
+    hosts = sorted(rng.sample(long_enough, GENERIC_CONTEXTS))
+    out, contexts = list(training), []
+    for i in hosts:
+        doc = training[i]
+        cut = rng.choice([m.start() for m in re.finditer(r" ", doc) if m.start() >= GENERIC_MIN_CONTEXT_CHARS])
+        contexts.append(doc[:cut])
+        out[i] = f"{doc[:cut]} {GENERIC_SENTENCE}{doc[cut:]}"
+    return out, GenericPlant(GENERIC_SENTENCE, tuple(contexts))
+
+
+def generic_documents(corpus: DemoCorpus, tokenizer_offsets: Any, prefix_tokens: int = 50) -> list[str]:
+    """Documents whose first `prefix_tokens` tokens are the context right before the generic
+    sentence and whose continuation is the sentence, so doc-mode windows end their prefix at it.
+
+    `tokenizer_offsets(text)` returns (token ids, character spans), e.g. `LanguageModel.encode_with_offsets`.
+    """
+    out = []
+    for context in corpus.generic.contexts:
+        text = f"{context} {corpus.generic.text}"
+        _, spans = tokenizer_offsets(text)
+        boundary = next(i for i, (start, _) in enumerate(spans) if start >= len(context))
+        out.append(text[spans[max(0, boundary - prefix_tokens)][0] :])
+    return out
 
 
 def _source_documents() -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memrisk.config import ExperimentConfig, parse_config
-from memrisk.demo.corpus import DemoCorpus, build_demo_corpus
+from memrisk.demo.corpus import DemoCorpus, build_demo_corpus, generic_documents
 from memrisk.demo.train import train_demo_model
 from memrisk.models.backend import load_model
 from memrisk.report.html import write_report
@@ -20,21 +20,26 @@ from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
 
 DEMO_POLICIES = [{"top_k": 40}, {"name": "full"}]
+DEMO_GENERIC_WINDOWS = 16
+DEMO_PRIOR_AWARE = {"prefixes_per_trial": 100, "trials": 5, "bank_datasets": ["heldout"]}
 
 
-def demo_config(corpus: DemoCorpus, model: str, gguf_file: str | None = None) -> ExperimentConfig:
-    """The demo's experiment: one dataset per duplication count plus the held-out control."""
+def demo_config(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None) -> ExperimentConfig:
+    """The demo's experiment: one dataset per duplication count, the generic sentence after each of
+    its contexts (`generic`, from `generic_documents`), and the held-out control."""
     copies = sorted({p.copies for p in corpus.planted})
     datasets: list[dict[str, Any]] = [
         {"name": f"planted-x{c}", "documents": [p.text for p in corpus.planted if p.copies == c]} for c in copies
     ]
+    datasets.append({"name": f"generic-x{len(generic)}", "documents": generic})
     datasets.append({"name": "heldout", "documents": list(corpus.heldout), "role": "control"})
     return parse_config({
         "model": {"name": model, "gguf_file": gguf_file, "batch_size": 16},
         "datasets": datasets,
         "windows": {"mode": "doc", "prefix_length": 50, "suffix_length": 50},
         "policies": DEMO_POLICIES,
-        "methods": ["probabilistic", "greedy", "cbs"],
+        "methods": ["probabilistic", "greedy", "cbs", "prior_aware"],
+        "prior_aware": DEMO_PRIOR_AWARE | {"generic_sequences": [corpus.generic.text]},
     })
 
 
@@ -54,8 +59,8 @@ def run_demo(
         print(f"memrisk demo: {len(corpus.training_documents)} training documents, "
               f"{len(corpus.planted)} planted passages, {len(corpus.heldout)} held out")
         model = str(train_demo_model(corpus, seed=seed, progress=progress))
-    config = demo_config(corpus, model, gguf_file)
-    lm = load_model(model, gguf_file=gguf_file, batch_size=config.model.batch_size)
+    lm = load_model(model, gguf_file=gguf_file, batch_size=16)
+    config = demo_config(corpus, model, generic_documents(corpus, lm.encode_with_offsets)[:DEMO_GENERIC_WINDOWS], gguf_file)
     summary = run_experiment(config, out_dir, model=lm, force=force, progress=progress)
     report = write_report([out_dir])
     print()
