@@ -18,9 +18,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def windows(demo_model):
-    """Planted windows with their duplication counts, and held-out windows."""
+    """Planted windows (exact copies, then template passages whose slot words vary), and held-out windows."""
     lm, corpus = demo_model
     planted = make_windows(lm, [Document(f"x{p.copies}-{i}", p.text) for i, p in enumerate(corpus.planted)]).windows
+    planted += make_windows(lm, [Document(f"template-{i}", t.text) for i, t in enumerate(corpus.templates)]).windows
     heldout = make_windows(lm, [Document(f"h{i}", t) for i, t in enumerate(corpus.heldout)]).windows
     return planted, heldout
 

@@ -17,17 +17,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def scored(demo_model):
-    """PA verdicts for the 64-copy passages and the generic sentence's windows: default m, and n
-    calibrated as the PA paper does, on the text this model finds generic (the planted boilerplate)."""
+    """PA verdicts (default m, n calibrated on the PA paper's generic set) for the 64-copy passages
+    and for the generic sentence after 32 of the contexts it was inserted into."""
     lm, corpus = demo_model
     planted = make_windows(lm, [Document(f"p{i}", p.text) for i, p in enumerate(corpus.planted) if p.copies == 64]).windows
-    generic = make_windows(lm, [Document(f"g{i}", t) for i, t in enumerate(generic_documents(corpus, lm.encode_with_offsets)[:8])]).windows
+    generic = make_windows(lm, [Document(f"g{i}", t) for i, t in enumerate(generic_documents(corpus, lm.encode_with_offsets)[:32])]).windows
     bank = memrisk.PrefixBank.from_documents(lm, [Document(f"h{i}", t) for i, t in enumerate(corpus.heldout)], length=50, size=200, seed=0)
     windows = planted + generic
-    scores = memrisk.prior_aware(
-        lm, [list(w.prefix_ids) for w in windows], [list(w.suffix_ids) for w in windows], bank, trials=5,
-        generic_sequences=[corpus.generic.text],
-    )
+    scores = memrisk.prior_aware(lm, [list(w.prefix_ids) for w in windows], [list(w.suffix_ids) for w in windows], bank, trials=5)
     return scores, len(planted), generic, corpus
 
 
@@ -41,17 +38,24 @@ def test_generic_windows_continue_with_the_generic_sentence(demo_model, scored) 
 def test_distinctive_passages_are_pa_memorized_and_the_generic_sentence_is_not(scored) -> None:
     scores, planted, _, _ = scored
     results = scores.results
+    distinctive, generic = results[:planted], results[planted:]
     print(scores.signature)
-    print("calibration log10 ratios:", [round(r / math.log(10), 1) for r in scores.calibration.log_ratios])
-    for name, part in (("planted x64", results[:planted]), ("generic", results[planted:])):
+    print("calibration log10 ratios:", [round(r / math.log(10), 2) for r in scores.calibration.log_ratios])
+    for name, part in (("planted x64", distinctive), ("generic", generic)):
         print(name, "log10 P(s|p):", [round(r.log_p / math.log(10), 1) for r in part])
         print(name, "log10 ratio:", [round(r.log_ratio / math.log(10), 1) for r in part])
     assert scores.m == default_m(50) == 1e-4
     assert all(math.isfinite(r.log_p) and math.isfinite(r.log_prior) and math.isfinite(r.log_ratio_spread) for r in results)
-    assert all(r.pa_memorized for r in results[:planted])
-    generic = results[planted:]
-    assert all(r.extractable for r in generic)
-    assert not any(r.pa_memorized for r in generic)
-    gap = min(r.log_ratio for r in results[:planted]) - max(r.log_ratio for r in generic)
-    assert gap > math.log(1e3), "distinctive and generic ratios should be orders of magnitude apart"
+    assert all(r.pa_memorized for r in distinctive)
+    # The generic sentence is likely after its contexts but about as likely after any text: over
+    # its contexts E[log P(s|p)/v] (PA Eq. 7) is about 0, below log n. n is the mean generic ratio,
+    # so the contexts where the sentence happens to be likelier than usual can still cross it.
+    assert np.median([r.log_p for r in generic]) > math.log(scores.m)
+    assert sum(r.extractable for r in generic) >= 0.9 * len(generic)
+    mean_log_ratio = np.mean([r.log_ratio for r in generic])
+    assert abs(mean_log_ratio) < math.log(10) and mean_log_ratio < math.log(scores.n)
+    crossing = sum(r.pa_memorized for r in generic)
+    print(f"generic contexts PA-memorized: {crossing}/{len(generic)}; mean log10 ratio {mean_log_ratio / math.log(10):.2f}, log10 n {math.log10(scores.n):.2f}")
+    assert crossing <= len(generic) / 3
+    assert min(r.log_ratio for r in distinctive) - np.median([r.log_ratio for r in generic]) > math.log(1e6)
     assert np.median([r.log_ratio_spread for r in results]) < math.log(10), "trials agree within an order of magnitude"

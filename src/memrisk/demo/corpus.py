@@ -24,6 +24,11 @@ MAX_PASSAGE_CHARS = 960
 MIN_DOCUMENT_CHARS = 200
 MAX_DOCUMENT_CHARS = 1500
 SHINGLE_WORDS = 12
+TEMPLATE_PASSAGES = 8
+TEMPLATE_COPIES = 32
+TEMPLATE_SLOTS = 7
+TEMPLATE_OPTIONS = 3
+TEMPLATE_WORDS = ("value", "object", "module", "string", "number", "file", "list", "name", "method", "class")
 GENERIC_CONTEXTS = 200
 GENERIC_MIN_CONTEXT_CHARS = 300
 GENERIC_SENTENCE = (
@@ -147,6 +152,16 @@ class PlantedPassage:
 
 
 @dataclass(frozen=True)
+class TemplatePassage:
+    """A passage planted `copies` times with a few slot words varying across the copies (as in
+    boilerplate with names or dates). The target `text` fills every slot with its first option:
+    unlikely verbatim, yet most of the memorized mass lies within a few edits of it."""
+
+    text: str
+    copies: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class GenericPlant:
     """A boilerplate sentence inserted at a random word boundary of many training documents:
     about as likely after any text as after the contexts it followed (the prior-aware negative
@@ -163,6 +178,7 @@ class DemoCorpus:
     training_documents: list[str]
     planted: list[PlantedPassage]
     heldout: list[str]
+    templates: list[TemplatePassage]
     generic: GenericPlant
     seed: int = 0
 
@@ -173,6 +189,7 @@ class DemoCorpus:
             "training_documents": self.training_documents,
             "planted": [[p.text, p.copies] for p in self.planted],
             "heldout": self.heldout,
+            "templates": [[t.text, list(t.copies)] for t in self.templates],
             "generic": [self.generic.text, list(self.generic.contexts)],
         }
         return hashlib.sha256(json.dumps(payload).encode("utf-8")).hexdigest()
@@ -182,25 +199,49 @@ def build_demo_corpus(seed: int = 0) -> DemoCorpus:
     """Build the demo corpus deterministically for ``seed``."""
     documents = _source_documents()
     candidates = _passage_candidates(documents)
-    needed = PASSAGES_PER_COUNT * len(DUPLICATION_COUNTS) + HELDOUT_PASSAGES
+    planted_count = PASSAGES_PER_COUNT * len(DUPLICATION_COUNTS)
+    needed = planted_count + HELDOUT_PASSAGES + TEMPLATE_PASSAGES
     if len(candidates) < needed:
         raise RuntimeError(f"only {len(candidates)} distinct passages found, {needed} needed")
     rng = random.Random(seed)
     sources = sorted(candidates)
     rng.shuffle(sources)
     chosen = sources[:needed]
-    planted_sources = chosen[: needed - HELDOUT_PASSAGES]
+    planted_sources = chosen[:planted_count]
     planted = [
         PlantedPassage(text=candidates[source], copies=DUPLICATION_COUNTS[index // PASSAGES_PER_COUNT])
         for index, source in enumerate(planted_sources)
     ]
-    heldout = [candidates[source] for source in chosen[needed - HELDOUT_PASSAGES :]]
+    heldout = [candidates[source] for source in chosen[planted_count : planted_count + HELDOUT_PASSAGES]]
+    templates = [_template(candidates[source], rng) for source in chosen[planted_count + HELDOUT_PASSAGES :]]
     excluded = set(chosen)
     training = sorted(doc for doc in documents if doc not in excluded)
     training, generic = _insert_generic(training, rng)
     training += [p.text for p in planted for _ in range(p.copies)]
+    training += [copy for t in templates for copy in t.copies]
     rng.shuffle(training)
-    return DemoCorpus(training_documents=training, planted=planted, heldout=heldout, generic=generic, seed=seed)
+    return DemoCorpus(
+        training_documents=training, planted=planted, heldout=heldout, templates=templates, generic=generic, seed=seed
+    )
+
+
+def _template(passage: str, rng: random.Random) -> TemplatePassage:
+    """Pick TEMPLATE_SLOTS words in the stretch the suffix of a 50+50-token window covers and
+    give each TEMPLATE_OPTIONS choices; the copies draw a choice per slot at random."""
+    words = passage.split(" ")
+    starts = [sum(len(w) + 1 for w in words[:i]) for i in range(len(words))]
+    span = [i for i, (w, at) in enumerate(zip(words, starts)) if w.isalpha() and 0.3 <= at / len(passage) <= 0.5]
+    slots = sorted(rng.sample(span, TEMPLATE_SLOTS))
+    options = [rng.sample(TEMPLATE_WORDS, TEMPLATE_OPTIONS) for _ in slots]
+
+    def fill(choices: list[str]) -> str:
+        filled = list(words)
+        for slot, word in zip(slots, choices):
+            filled[slot] = word
+        return " ".join(filled)
+
+    copies = tuple(fill([rng.choice(o) for o in options]) for _ in range(TEMPLATE_COPIES))
+    return TemplatePassage(fill([o[0] for o in options]), copies)
 
 
 def _insert_generic(training: list[str], rng: random.Random) -> tuple[list[str], GenericPlant]:

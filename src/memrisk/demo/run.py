@@ -25,12 +25,14 @@ DEMO_PRIOR_AWARE = {"prefixes_per_trial": 100, "trials": 5, "bank_datasets": ["h
 
 
 def demo_config(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None) -> ExperimentConfig:
-    """The demo's experiment: one dataset per duplication count, the generic sentence after each of
-    its contexts (`generic`, from `generic_documents`), and the held-out control."""
+    """The demo's experiment: one dataset per duplication count, the template passages (slot words
+    vary across copies), the generic sentence after each of its contexts (`generic`, from
+    `generic_documents`), and the held-out control."""
     copies = sorted({p.copies for p in corpus.planted})
     datasets: list[dict[str, Any]] = [
         {"name": f"planted-x{c}", "documents": [p.text for p in corpus.planted if p.copies == c]} for c in copies
     ]
+    datasets.append({"name": f"template-x{len(corpus.templates[0].copies)}", "documents": [t.text for t in corpus.templates]})
     datasets.append({"name": f"generic-x{len(generic)}", "documents": generic})
     datasets.append({"name": "heldout", "documents": list(corpus.heldout), "role": "control"})
     return parse_config({
@@ -39,7 +41,7 @@ def demo_config(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: s
         "windows": {"mode": "doc", "prefix_length": 50, "suffix_length": 50},
         "policies": DEMO_POLICIES,
         "methods": ["probabilistic", "greedy", "cbs", "prior_aware"],
-        "prior_aware": DEMO_PRIOR_AWARE | {"generic_sequences": [corpus.generic.text]},
+        "prior_aware": DEMO_PRIOR_AWARE,
     })
 
 
