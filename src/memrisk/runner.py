@@ -269,6 +269,8 @@ def run_experiment(
         bar.update(len(chunk))
     bar.close()
     summary = summarize(store.read_records(), config, window_info)
+    if prior is not None:
+        summary["prior_aware_settings"] = prior.info
     store.write_json(SUMMARY, summary)
     return summary
 
@@ -278,6 +280,8 @@ def rebuild_summary(out_dir: Path) -> dict[str, Any]:
     store = RecordStore.existing(out_dir)
     config = parse_config(store.read_yaml(CONFIG))
     summary = summarize(store.read_records(), config, store.read_json(WINDOWS))
+    if "prior_aware" in config.methods:
+        summary["prior_aware_settings"] = store.read_json(PRIOR_AWARE)
     store.write_json(SUMMARY, summary)
     return summary
 

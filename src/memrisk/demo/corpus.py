@@ -197,7 +197,7 @@ class DemoCorpus:
 
 def build_demo_corpus(seed: int = 0) -> DemoCorpus:
     """Build the demo corpus deterministically for ``seed``."""
-    documents = _source_documents()
+    documents = source_documents()
     candidates = _passage_candidates(documents)
     planted_count = PASSAGES_PER_COUNT * len(DUPLICATION_COUNTS)
     needed = planted_count + HELDOUT_PASSAGES + TEMPLATE_PASSAGES
@@ -273,7 +273,7 @@ def generic_documents(corpus: DemoCorpus, tokenizer_offsets: Any, prefix_tokens:
     return out
 
 
-def _source_documents() -> list[str]:
+def source_documents() -> list[str]:
     """Return de-duplicated prose documents from docstrings, help topics and the licence."""
     raw = [doc for name in SOURCE_MODULES for doc in _module_docstrings(name)]
     raw += _help_topics() + _license_texts()

@@ -21,7 +21,7 @@ from memrisk.runner import run_experiment
 
 DEMO_POLICIES = [{"top_k": 40}, {"name": "full"}]
 DEMO_GENERIC_WINDOWS = 16
-DEMO_PRIOR_AWARE = {"prefixes_per_trial": 100, "trials": 5, "bank_datasets": ["heldout"]}
+DEMO_PRIOR_AWARE = {"prefixes_per_trial": 40, "trials": 5, "bank_datasets": ["heldout"]}
 
 
 def demo_config(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None) -> ExperimentConfig:

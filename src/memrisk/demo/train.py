@@ -102,11 +102,22 @@ def _train_into(directory: Path, corpus: DemoCorpus, seed: int, progress: bool, 
     """Train tokenizer and model with fixed seeds and save both into ``directory``."""
     _seed_everything(seed)
     tokenizer = train_tokenizer(corpus.training_documents, config.vocab_size)
-    blocks = _pack_blocks(tokenizer, corpus.training_documents, config.block_size)
-    model = _build_model(tokenizer, config)
-    _fit(model, blocks, config, seed, progress)
+    model = train_model(corpus.training_documents, tokenizer, config, seed=seed, progress=progress)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
+
+
+def train_model(
+    documents: list[str], tokenizer: PreTrainedTokenizerFast, config: TrainingConfig, *, seed: int = 0,
+    progress: bool = True,
+) -> LlamaForCausalLM:
+    """Train a fresh, seeded small Llama-style model on `documents` (no caching), e.g. for studies
+    that train many models on variations of a corpus with one shared tokenizer."""
+    _seed_everything(seed)
+    blocks = _pack_blocks(tokenizer, documents, config.block_size)
+    model = _build_model(tokenizer, config)
+    _fit(model, blocks, config, seed, progress)
+    return model
 
 
 def _seed_everything(seed: int) -> None:

@@ -12,18 +12,18 @@ def _fmt_log10(value: float | None) -> str:
 
 
 def inline_diff(target: str, candidate: str) -> str:
-    """Character diff of a candidate against its target: [-missing-]{+added+}, whitespace folded."""
-    target, candidate = " ".join(target.split()), " ".join(candidate.split())
+    """Word diff of a candidate against its target: [-missing-]{+added+}, whitespace folded."""
+    target_words, candidate_words = target.split(), candidate.split()
     parts = []
-    for op, a0, a1, b0, b1 in difflib.SequenceMatcher(None, target, candidate, autojunk=False).get_opcodes():
+    for op, a0, a1, b0, b1 in difflib.SequenceMatcher(None, target_words, candidate_words, autojunk=False).get_opcodes():
         if op == "equal":
-            parts.append(target[a0:a1])
+            parts.append(" ".join(target_words[a0:a1]))
             continue
         if a1 > a0:
-            parts.append(f"[-{target[a0:a1]}-]")
+            parts.append(f"[-{' '.join(target_words[a0:a1])}-]")
         if b1 > b0:
-            parts.append(f"{{+{candidate[b0:b1]}+}}")
-    return "".join(parts)
+            parts.append(f"{{+{' '.join(candidate_words[b0:b1])}+}}")
+    return " ".join(parts)
 
 
 def _cbs_cell(stats: dict[str, Any] | None) -> str:
@@ -65,6 +65,7 @@ def summary_table(summary: dict[str, Any]) -> str:
         for item in unlocked[:5]:
             out.append(f"  log10 p_z {item['log10_p']:7.2f}  log10 LB {item['log10_lower_bound']:6.2f}  {item['dataset']}")
             out.append("    " + inline_diff(item["suffix_text"], item["best_candidate"] or ""))
+    out += _prior_aware_lines(summary)
     top = summary.get("top_sequences") or []
     if top:
         out += ["", f"Top sequences by p_z ({top[0]['policy']}):"]
@@ -72,3 +73,21 @@ def summary_table(summary: dict[str, Any]) -> str:
             text = " ".join(item["suffix_text"].split())
             out.append(f"  log10 p_z {item['log10_p']:7.2f}  {item['dataset']:<12} {text[:90]!r}")
     return "\n".join(out)
+
+
+def _prior_aware_lines(summary: dict[str, Any]) -> list[str]:
+    """Per dataset: extractable (P(s|p) > m) vs PA-memorized counts, when the run has them."""
+    rows = [(name, entry["prior_aware"]) for name, entry in summary["datasets"].items() if "prior_aware" in entry]
+    if not rows:
+        return []
+    settings = summary.get("prior_aware_settings") or {}
+    thresholds = f"m = {settings['m']:g}, n = {settings['n']:.3g} ({settings['n_source']})" if settings else "m, n"
+    out = ["", f"Prior-aware memorization, {thresholds}: extractable P(s|p) > m; PA-memorized also P(s|p)/prior > n"]
+    width = max(len(name) for name, _ in rows)
+    for name, stats in rows:
+        median = stats["median_log10_ratio"]
+        out.append(
+            f"  {name:<{width}}  extractable {stats['extractable']:>3}  PA-memorized {stats['pa_memorized']:>3}"
+            f"  median log10 P(s|p)/prior {'-' if median is None else f'{median:.1f}'}"
+        )
+    return out
