@@ -1,5 +1,6 @@
 """memrisk: measure how much of a language model's training data can be extracted from it."""
 
+from memrisk.books.nvrecall import NVRecall, nv_recall
 from memrisk.decoding import DecodingPolicy
 from memrisk.errors import MemriskError
 from memrisk.extraction.cbs import CBSResult, Candidate, Stop, cbs
@@ -36,6 +37,7 @@ __all__ = [
     "LanguageModel",
     "MemriskError",
     "MonteCarloResult",
+    "NVRecall",
     "RateTable",
     "VerbatimScores",
     "greedy_extraction",
@@ -44,6 +46,7 @@ __all__ = [
     "monte_carlo",
     "log_n_required",
     "n_required",
+    "nv_recall",
     "p_reached",
     "rate_table",
     "verbatim_logprob",

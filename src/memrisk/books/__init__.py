@@ -1,0 +1,1 @@
+"""Book extraction: nv-recall of long generations against the reference book."""
