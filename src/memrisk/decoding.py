@@ -115,8 +115,7 @@ class DecodingPolicy:
                     values[straddled], tokens[straddled] = exact[0], exact[1]
             values, tokens = _by_value_then_id(values, tokens)
             return values[..., :width], tokens[..., :width], kept
-        values, tokens, kept = self._children_from_log_probs(logits, width)
-        return values, tokens, kept
+        return self._children_from_log_probs(logits, width)
 
     def _children_from_log_probs(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`top_children` through the full policy distribution."""

@@ -100,9 +100,10 @@ def load_documents(config: ExperimentConfig) -> dict[str, list[Document]]:
     return out
 
 
-def build_examples(config: ExperimentConfig, lm: LanguageModel) -> tuple[list[Example], dict[str, Any]]:
+def build_examples(
+    config: ExperimentConfig, lm: LanguageModel, documents: dict[str, list[Document]]
+) -> tuple[list[Example], dict[str, Any]]:
     """All examples of the run and, per dataset, what windowing skipped or de-duplicated."""
-    documents = load_documents(config)
     examples, info = [], {}
     for dataset in config.datasets:
         windows: WindowSet = make_windows(lm, documents[dataset.name], **config.windows.model_dump())
@@ -254,8 +255,9 @@ def run_experiment(
     lm = model or load_model(
         m.name, revision=m.revision, dtype=m.dtype, device=m.device, gguf_file=m.gguf_file, batch_size=m.batch_size
     )
-    examples, window_info = build_examples(config, lm)
-    prior = prior_setup(config, lm, load_documents(config)) if "prior_aware" in config.methods else None
+    documents = load_documents(config)
+    examples, window_info = build_examples(config, lm, documents)
+    prior = prior_setup(config, lm, documents) if "prior_aware" in config.methods else None
     store = RecordStore.open(out_dir, config.model_dump(mode="json"), config.identity(), force=force)
     store.write_json("versions.json", versions(lm))
     store.write_json(WINDOWS, window_info)

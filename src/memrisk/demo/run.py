@@ -19,6 +19,7 @@ from memrisk.report.html import write_report
 from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
 
+DEMO_BATCH_SIZE = 16
 DEMO_POLICIES = [{"top_k": 40}, {"name": "full"}]
 DEMO_GENERIC_WINDOWS = 16
 DEMO_PRIOR_AWARE = {"prefixes_per_trial": 40, "trials": 5, "bank_datasets": ["heldout"]}
@@ -36,7 +37,7 @@ def demo_config(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: s
     datasets.append({"name": f"generic-x{len(generic)}", "documents": generic})
     datasets.append({"name": "heldout", "documents": list(corpus.heldout), "role": "control"})
     return parse_config({
-        "model": {"name": model, "gguf_file": gguf_file, "batch_size": 16},
+        "model": {"name": model, "gguf_file": gguf_file, "batch_size": DEMO_BATCH_SIZE},
         "datasets": datasets,
         "windows": {"mode": "doc", "prefix_length": 50, "suffix_length": 50},
         "policies": DEMO_POLICIES,
@@ -61,7 +62,7 @@ def run_demo(
         print(f"memrisk demo: {len(corpus.training_documents)} training documents, "
               f"{len(corpus.planted)} planted passages, {len(corpus.heldout)} held out")
         model = str(train_demo_model(corpus, seed=seed, progress=progress))
-    lm = load_model(model, gguf_file=gguf_file, batch_size=16)
+    lm = load_model(model, gguf_file=gguf_file, batch_size=DEMO_BATCH_SIZE)
     config = demo_config(corpus, model, generic_documents(corpus, lm.encode_with_offsets)[:DEMO_GENERIC_WINDOWS], gguf_file)
     summary = run_experiment(config, out_dir, model=lm, force=force, progress=progress)
     report = write_report([out_dir])
