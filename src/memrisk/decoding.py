@@ -23,6 +23,11 @@ from memrisk.errors import MemriskError
 NUCLEUS_SEARCH = 256
 
 
+def at_least_float32(logits: torch.Tensor) -> torch.Tensor:
+    """Logits in float32, or float64 when they already are (a float64 model stays exact)."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
 @dataclass(frozen=True)
 class DecodingPolicy:
     """A decoding policy φ: temperature β, then top-k, then top-p (nucleus)."""
@@ -64,8 +69,8 @@ class DecodingPolicy:
         return "-".join(parts) or "full"
 
     def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
-        """Logits in float32 divided by the temperature (greedy ignores it)."""
-        scaled = logits.float()
+        """Logits in float32 (float64 kept) divided by the temperature (greedy ignores it)."""
+        scaled = at_least_float32(logits)
         if not self.is_greedy and self.temperature != 1.0:
             scaled = scaled / self.temperature
         return scaled
@@ -171,7 +176,7 @@ def score_policies(policies: Sequence[DecodingPolicy], logits: torch.Tensor, tar
     A row's score never depends on its batch-mates.
     """
     vocab = logits.shape[-1]
-    raw = logits.float().reshape(-1, vocab)
+    raw = at_least_float32(logits).reshape(-1, vocab)
     flat_targets = targets.reshape(-1)
     target_raw = raw.gather(1, flat_targets.unsqueeze(1)).squeeze(1)
     widths = [p._k(vocab) for p in policies if p._k(vocab) < vocab]
