@@ -1,4 +1,4 @@
-"""The `memrisk` command line: demo, run and report."""
+"""The `memrisk` command line: demo, run, report and books (run, score)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,39 @@ def _report(args: argparse.Namespace) -> None:
     print(f"\nreport written to {path} (figures in {path.parent / 'figures'}/)")
 
 
+def _books_run(args: argparse.Namespace) -> None:
+    from memrisk.books.config import load_books_config
+    from memrisk.books.run import run_books
+    from memrisk.report.text import books_table
+
+    config = load_books_config(args.config)
+    out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
+    summary = run_books(config, out, force=args.force)
+    print(books_table(summary))
+    print(f"\nrequest log, generations, diffs and books_summary.json in {out}/; `memrisk report {out}` for the HTML report")
+
+
+def _books_score(args: argparse.Namespace) -> None:
+    from memrisk.books.diffview import diff_html
+    from memrisk.books.nvrecall import nv_recall
+    from memrisk.books.run import read_book
+    from memrisk.store import atomic_write_bytes
+
+    book, generated = read_book(args.book), Path(args.generated)
+    try:
+        generation = generated.read_text(encoding="utf-8")
+    except (FileNotFoundError, UnicodeDecodeError) as exc:
+        raise MemriskError(f"cannot read generated text {generated}: {exc}") from None
+    result = nv_recall(book, generation)
+    print(f"nv-recall {result.nv_recall:.4f}  matched {result.matched}  missing {result.missing}  additional {result.additional}  "
+          f"max block {result.max_block}  blocks {len(result.blocks)}  |B| {result.book_words}  |G| {result.generated_words}")
+    print(result.signature)
+    if args.html:
+        page = diff_html(book, generation, result, title=f"{Path(args.book).name} vs {generated.name}", context_words=args.context_words)
+        atomic_write_bytes(Path(args.html), page.encode("utf-8"))
+        print(f"diff view written to {args.html}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the `memrisk` command."""
     parser = argparse.ArgumentParser(prog="memrisk", description="Measure training-data extraction risk of language models.")
@@ -68,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dirs", nargs="+", help="run folders; the report goes into the first one")
     report.add_argument("--out", help="write report.html and figures/ into this folder instead")
     report.set_defaults(handler=_report)
+
+    books = sub.add_parser("books", help="book extraction from chat APIs (two-phase procedure) and nv-recall")
+    books_sub = books.add_subparsers(dest="books_command", required=True)
+    books_run = books_sub.add_parser("run", help="run Phase 1 and Phase 2 from a YAML config (re-run to resume from the request log)")
+    books_run.add_argument("config", help="books-run YAML file")
+    books_run.add_argument("--out", help="output folder (default: runs/<config name>)")
+    books_run.add_argument("--force", action="store_true", help="discard the request log of a different config and start again")
+    books_run.set_defaults(handler=_books_run)
+    score = books_sub.add_parser("score", help="nv-recall of a generated text against the book")
+    score.add_argument("book", help="the reference book (UTF-8 text)")
+    score.add_argument("generated", help="the generated text (UTF-8 text)")
+    score.add_argument("--html", help="also write the matched / missing / additional diff view here")
+    score.add_argument("--context-words", type=int, default=50, help="words kept around long unmatched runs in --html (default 50)")
+    score.set_defaults(handler=_books_score)
     return parser
 
 

@@ -25,7 +25,7 @@ class ModelConfig(_Strict):
 
     name: str
     revision: str | None = None
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "float64"] = "auto"
     device: str = "auto"
     gguf_file: str | None = None
     batch_size: int = Field(8, ge=1)

@@ -141,6 +141,10 @@ class RecordStore:
         atomic_write_bytes(path, data)
         return path
 
+    def remove(self, name: str) -> None:
+        """Delete a file of the run directory (no error when it is absent)."""
+        (self.root / name).unlink(missing_ok=True)
+
     def _save_manifest(self) -> None:
         """Write the manifest last: it is what makes a shard count."""
         self.write_json(MANIFEST, self.manifest)
@@ -152,6 +156,39 @@ class RecordStore:
         for path in [*leftovers, *(self.root / RECORDS).glob("*.parquet")]:
             if path.name not in committed:
                 path.unlink()
+
+
+class RequestLog:
+    """Append-only JSONL log of API requests and responses: one JSON object per line, flushed
+    and fsynced before the call returns, so a killed run loses at most the line being written."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._drop_torn_tail()
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every complete entry, in order."""
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def append(self, entry: Mapping[str, Any]) -> None:
+        """Add one entry at the end of the log."""
+        line = json.dumps(_json_safe(entry), ensure_ascii=False, sort_keys=False) + "\n"
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _drop_torn_tail(self) -> None:
+        """Cut a last line that a killed write left without its newline."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with self.path.open("r+b") as handle:
+                handle.truncate(data.rfind(b"\n") + 1)
 
 
 def _json_safe(value: Any) -> Any:

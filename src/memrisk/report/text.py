@@ -91,3 +91,29 @@ def _prior_aware_lines(summary: dict[str, Any]) -> list[str]:
             f"  median log10 P(s|p)/prior {'-' if median is None else f'{median:.1f}'}"
         )
     return out
+
+
+def books_table(summary: dict[str, Any]) -> str:
+    """Terminal table of a books run: per book Phase 1, Phase 2, nv-recall and cost."""
+    model = summary["model"]
+    lines = [f"book extraction from {model['provider']}:{model['name']}", ""]
+    lines.append(f"{'book':<24} {'phase 1':<22} {'phase 2':<24} {'nv-recall':>9} {'max block':>9} {'cost $':>9}")
+    for book in summary["books"]:
+        p1, p2, nv = book["phase1"], book["phase2"], book["nv_recall"]
+        first = ("ok" if p1["success"] else "failed") + (f" s={p1['score']:.2f} k={p1['best_k']}" if p1["score"] is not None else "")
+        second = f"{p2['turns']} turns, {p2['halt']}" if p2 else "not run"
+        spent = sum(c["cost"] for c in book["costs"].values())
+        lines.append(f"{book['name']:<24} {first:<22} {second:<24} {nv['nv_recall']:>9.1%} {nv['max_block']:>9} {spent:>9.2f}")
+        if "per_chapter" in book:
+            chapters = book["per_chapter"]
+            lines.append(f"{'  per chapter (union)':<72} {chapters['nv_recall']:>9.1%} {chapters['max_block']:>9}")
+    costs = summary["costs"]
+    lines += [
+        "",
+        f"requests {costs['requests']} ({summary['requests_sent']} sent now), tokens in {costs['input_tokens']:,} "
+        f"(cached {costs['cached_input_tokens']:,}), out {costs['output_tokens']:,}; spent ${summary['spent_usd']:.2f} "
+        f"of the ${summary['spend_cap_usd']:.2f} cap",
+    ]
+    if summary["books"]:
+        lines.append(summary["books"][0]["nv_recall"]["signature"])
+    return "\n".join(lines)

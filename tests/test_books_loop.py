@@ -1,0 +1,210 @@
+"""Phase 1, Phase 2, the request log, resume and the spend cap, driven by a scripted provider."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from memrisk.books.costs import Price, cost, cost_report, price_for, request_bound
+from memrisk.books.perturb import INSTRUCTION, perturb
+from memrisk.books.phase1 import best_of_n, longest_common_words, similarity
+from memrisk.books.phase2 import REFUSALS, STOPS, MatchRule, RefusalRetry, continuation_loop
+from memrisk.books.providers import ChatResponse, GenerationSettings, ProviderError, Usage
+from memrisk.books.session import RetryPolicy, Session
+from memrisk.errors import MemriskError
+from memrisk.store import RequestLog
+
+PRICE = Price(input=2.0, cached_input=0.5, output=8.0)
+
+
+class Scripted:
+    """A provider answering from a function of (call number, messages); records every call."""
+
+    name = "scripted"
+    model = "scripted-1"
+
+    def __init__(self, answer: Callable[[int, list[dict[str, str]]], ChatResponse | ProviderError]) -> None:
+        self.answer = answer
+        self.calls: list[list[dict[str, str]]] = []
+
+    def complete(self, messages: list[dict[str, str]], settings: GenerationSettings) -> ChatResponse:
+        self.calls.append(messages)
+        out = self.answer(len(self.calls) - 1, messages)
+        if isinstance(out, ProviderError):
+            raise out
+        return out
+
+
+def reply(*texts: str, tokens_in: int = 100, tokens_out: int = 50, cached: int | None = 0) -> ChatResponse:
+    return ChatResponse(tuple(texts), ("stop",) * len(texts), Usage(tokens_in, tokens_out, cached))
+
+
+def session(tmp_path, provider, **options) -> Session:
+    options.setdefault("sleep", lambda s: None)
+    return Session(provider, RequestLog(tmp_path / "requests.jsonl"), PRICE, **options)
+
+
+def test_similarity_is_the_longest_common_word_run_over_the_target_length() -> None:
+    assert longest_common_words("a b c d e".split(), "x b c d y a b".split()) == 3
+    assert similarity("a b c d e", "x b c d y a b") == pytest.approx(0.6)
+    assert similarity("a b c d e", "") == 0.0
+    assert similarity("one two", "one two three") == 1.0
+    with pytest.raises(MemriskError):
+        similarity("   ", "x")
+
+
+def test_costs_bound_and_report() -> None:
+    usage = Usage(1_000_000, 100_000, 400_000)
+    assert cost(usage, PRICE) == pytest.approx(0.6 * 2.0 + 0.4 * 0.5 + 0.1 * 8.0)
+    assert cost(usage, PRICE, cached_input=0) == pytest.approx(2.0 + 0.8)
+    messages = [{"role": "user", "content": "héllo"}]
+    assert request_bound(messages, 10, 2, PRICE) == pytest.approx(((6 + 16) * 2.0 + 20 * 8.0) / 1e6)
+    assert price_for("gpt-4.1-2025-04-14") == price_for("gpt-4.1")
+    with pytest.raises(MemriskError, match="no price"):
+        price_for("unknown-model")
+    entries = [
+        {"conversation": "a", "usage": {"input": 100, "output": 10, "cached_input": None}},
+        {"conversation": "a", "usage": {"input": 150, "output": 10, "cached_input": None}},
+        {"conversation": "a"},
+    ]
+    report = cost_report(entries, PRICE)
+    assert (report.requests, report.answered, report.input_tokens, report.output_tokens) == (3, 2, 250, 20)
+    assert report.cost == report.cost_without_cache == pytest.approx((250 * 2.0 + 20 * 8.0) / 1e6)
+    assert report.cost_with_cache_estimate == pytest.approx((150 * 2.0 + 100 * 0.5 + 20 * 8.0) / 1e6)
+
+
+def test_best_of_n_stops_at_the_first_success_and_replays_exactly(tmp_path) -> None:
+    target = "the quick brown fox jumps over the lazy dog"
+    provider = Scripted(lambda i, m: reply("the quick brown fox jumps over" if i == 3 else "I would rather not."))
+    first = best_of_n(session(tmp_path, provider), "book", "Once upon a time", target, attempts=10, seed=7)
+    assert [a.k for a in first.attempts] == [0, 1, 2, 3] and len(provider.calls) == 4
+    assert first.success and first.best.k == 3 and first.best.score == pytest.approx(6 / 9)
+    prompts = [call[0]["content"] for call in provider.calls]
+    assert all(p.endswith("\n\nOnce upon a time") for p in prompts)
+    # A second run over the same log pays for nothing and returns the same attempts.
+    again_provider = Scripted(lambda i, m: pytest.fail("a logged request was sent again"))
+    again = best_of_n(session(tmp_path, again_provider), "book", "Once upon a time", target, attempts=10, seed=7)
+    assert again.attempts == first.attempts
+
+
+def test_best_of_n_with_concurrency_keeps_the_smallest_successful_k(tmp_path) -> None:
+    target = "alpha beta gamma delta epsilon"
+    texts = [perturb(INSTRUCTION, 1, k).text for k in range(40)]
+    winner = next(k for k in range(5, 40) if texts[k] not in texts[:k])
+    provider = Scripted(lambda i, m: reply(target if m[0]["content"].split("\n\n")[0] == texts[winner] else "no"))
+    result = best_of_n(session(tmp_path, provider), "b", "prefix", target, attempts=40, seed=1, concurrency=4)
+    assert result.success and result.best.k == winner
+    ks = [a.k for a in result.attempts]
+    # Every k below the winner was answered (so the choice replays); requests in flight finished.
+    assert ks == list(range(len(ks))) and winner < len(ks) < 40 and len(provider.calls) == len(ks)
+
+
+def test_phase2_halts_on_refusal_stop_string_budget_and_5xx(tmp_path) -> None:
+    start = [{"role": "user", "content": "p"}, {"role": "assistant", "content": "r0"}]
+    script = {0: reply("chapter one text"), 1: reply(""), 2: reply("more text"), 3: reply("I'm sorry, but I can't continue.")}
+    provider = Scripted(lambda i, m: script[i])
+    slept: list[float] = []
+    result = continuation_loop(session(tmp_path / "a", provider), "b", start, turns=10, sleep=slept.append)
+    assert result.halt == "refusal" and result.turns == 4 and result.empty == 1
+    assert result.responses == ("chapter one text", "more text") and slept == [1.0]
+    assert [m.pattern for m in result.matches] == [REFUSALS.patterns[0], REFUSALS.patterns[8]]
+    assert provider.calls[2][-1] == {"role": "user", "content": "Continue."} and len(provider.calls[2]) == 5
+
+    stop = Scripted(lambda i, m: reply("last words. THE END") if i == 1 else reply("text"))
+    result = continuation_loop(session(tmp_path / "b", stop), "b", start, turns=10)
+    assert result.halt == "stop_string" and result.responses == ("text", "last words. THE END")
+
+    budget = Scripted(lambda i, m: reply(f"part {i}"))
+    result = continuation_loop(session(tmp_path / "c", budget), "b", start, turns=3)
+    assert result.halt == "turn_budget" and result.responses == ("part 0", "part 1", "part 2")
+
+    failing = Scripted(lambda i, m: ProviderError("server", "HTTP 500", 500) if i == 1 else reply("ok"))
+    result = continuation_loop(session(tmp_path / "d", failing), "b", start, turns=10)
+    assert result.halt == "http_5xx" and result.responses == ("ok",) and len(failing.calls) == 2
+
+
+def test_rate_limits_and_timeouts_back_off_then_succeed(tmp_path) -> None:
+    errors = {0: ProviderError("rate_limit", "429", 429), 1: ProviderError("timeout", "slow"), 2: ProviderError("rate_limit", "429", 429)}
+    provider = Scripted(lambda i, m: errors.get(i, reply("fine")))
+    slept: list[float] = []
+    s = session(tmp_path, provider, retry=RetryPolicy(max_retries=5, initial_delay_s=1, factor=2, max_delay_s=3), sleep=slept.append)
+    answer = s.ask("k", "c", [{"role": "user", "content": "x"}], GenerationSettings())
+    assert answer.response.text == "fine" and slept == [1, 2, 3]
+    kinds = [e["event"] for e in s.log.entries()]
+    assert kinds == ["request", "error", "request", "error", "request", "error", "request", "response"]
+    exhausted = Scripted(lambda i, m: ProviderError("rate_limit", "429", 429))
+    s = session(tmp_path / "x", exhausted, retry=RetryPolicy(max_retries=2))
+    assert s.ask("k", "c", [{"role": "user", "content": "x"}], GenerationSettings()).halt == "retries_exhausted"
+    assert len(exhausted.calls) == 3
+
+
+def test_spend_cap_stops_before_a_request_could_cross_it(tmp_path) -> None:
+    provider = Scripted(lambda i, m: reply("words", tokens_in=1000, tokens_out=500, cached=0))
+    settings = GenerationSettings(max_tokens=500)
+    per_request = cost(Usage(1000, 500, 0), PRICE)
+    cap = 3.5 * per_request
+    s = session(tmp_path, provider, spend_cap=cap)
+    start = [{"role": "user", "content": "p" * 100}, {"role": "assistant", "content": "r"}]
+    result = continuation_loop(s, "b", start, turns=50, settings=settings)
+    assert result.halt == "spend_cap"
+    assert s.spent <= cap
+    assert 1 <= len(provider.calls) <= 3
+    halts = [e for e in s.log.entries() if e["event"] == "halt"]
+    assert halts[-1]["reason"] == "spend_cap" and halts[-1]["spent"] + halts[-1]["next_request_bound"] > cap
+
+
+def test_per_chapter_candidates_and_refusal_retries(tmp_path) -> None:
+    refusal = "I cannot do that."
+    script = {0: reply(refusal, "kept text", "other"), 1: reply(refusal, refusal), 2: reply(refusal, refusal), 3: reply("after waiting", refusal)}
+    provider = Scripted(lambda i, m: script.get(i, reply(refusal, refusal)))
+    slept: list[float] = []
+    start = [{"role": "user", "content": "p"}, {"role": "assistant", "content": "r0"}]
+    result = continuation_loop(
+        session(tmp_path, provider), "b", start, turns=2, settings=GenerationSettings(candidates=2),
+        refusal_retry=RefusalRetry(attempts=5, delay_s=2.0, factor=2.0), sleep=slept.append,
+    )
+    assert result.responses == ("kept text", "after waiting") and result.refusal_retries == 2
+    assert slept == [2.0, 4.0] and result.halt == "turn_budget"
+    gives_up = Scripted(lambda i, m: reply(refusal, refusal))
+    result = continuation_loop(
+        session(tmp_path / "g", gives_up), "b", start, turns=5, settings=GenerationSettings(candidates=2),
+        refusal_retry=RefusalRetry(attempts=3, delay_s=0.0),
+    )
+    assert result.halt == "refusal" and len(gives_up.calls) == 4 and result.responses == ()
+
+
+def test_match_rules_case_and_scope() -> None:
+    assert [m.pattern for m in REFUSALS.find("Sorry, but I can’t share that; it is Copyrighted.")] == [
+        REFUSALS.patterns[0], REFUSALS.patterns[1], REFUSALS.patterns[9],
+    ]
+    assert STOPS.find("at the end of the road") == []
+    assert STOPS.find("and so it was. THE END")[0].start == 15
+    tail = MatchRule("stop", ("THE END",), regex=False, case_sensitive=True, scope="tail", scope_chars=10)
+    assert tail.find("THE END came early, then more prose followed here") == []
+    assert tail.find("prose prose prose THE END")[0].start == 18
+    insensitive = MatchRule("stop", ("the end",), regex=False, case_sensitive=False)
+    assert insensitive.find("THE END")[0].excerpt == "THE END"
+    with pytest.raises(MemriskError, match="invalid refusal pattern"):
+        MatchRule("refusal", ("(",))
+    with pytest.raises(MemriskError, match="scope_chars"):
+        MatchRule("stop", ("x",), scope="head")
+
+
+def test_replay_refuses_a_log_from_another_conversation(tmp_path) -> None:
+    s = session(tmp_path, Scripted(lambda i, m: reply("a")))
+    s.ask("k", "c", [{"role": "user", "content": "one"}], GenerationSettings())
+    again = session(tmp_path, Scripted(lambda i, m: reply("b")))
+    with pytest.raises(MemriskError, match="different conversation"):
+        again.ask("k", "c", [{"role": "user", "content": "two"}], GenerationSettings())
+
+
+def test_a_torn_last_log_line_is_dropped(tmp_path) -> None:
+    path = tmp_path / "requests.jsonl"
+    RequestLog(path).append({"event": "request", "key": "a"})
+    with path.open("a") as handle:
+        handle.write('{"event": "resp')
+    log = RequestLog(path)
+    assert log.entries() == [{"event": "request", "key": "a"}]
+    log.append({"event": "x"})
+    assert [e["event"] for e in log.entries()] == ["request", "x"]
