@@ -32,12 +32,13 @@ def _run(args: argparse.Namespace) -> None:
 
 def _report(args: argparse.Namespace) -> None:
     from memrisk.report.html import write_report
-    from memrisk.report.text import summary_table
+    from memrisk.report.text import books_table, summary_table
     from memrisk.runner import rebuild_summary
 
     folders = [Path(folder) for folder in args.dirs]
     for folder in folders:
-        print(summary_table(rebuild_summary(folder)))
+        summary = rebuild_summary(folder)
+        print(books_table(summary) if summary.get("kind") == "books" else summary_table(summary))
     path = write_report(folders, Path(args.out) if args.out else None)
     print(f"\nreport written to {path} (figures in {path.parent / 'figures'}/)")
 
@@ -96,9 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_run)
 
     report = sub.add_parser(
-        "report", help="rebuild summary.json of stored runs and write report.html (a comparison when several)"
+        "report", help="rebuild summary.json of stored runs (books runs: read books_summary.json) and write report.html (a comparison when several)"
     )
-    report.add_argument("dirs", nargs="+", help="run folders; the report goes into the first one")
+    report.add_argument("dirs", nargs="+", help="run or books-run folders; the report goes into the first one")
     report.add_argument("--out", help="write report.html and figures/ into this folder instead")
     report.set_defaults(handler=_report)
 

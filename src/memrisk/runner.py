@@ -20,6 +20,8 @@ from memrisk.extraction.prior_aware import PriorAwareResult, calibrate, default_
 from memrisk.extraction.probabilistic import verbatim_scores
 from memrisk.data.bank import PrefixBank
 from memrisk.models.backend import LanguageModel, load_model
+from memrisk.books.run import SUMMARY as BOOKS_SUMMARY
+from memrisk.report.books import is_books_run
 from memrisk.report.summary import summarize
 from memrisk.store import CONFIG, RecordStore
 
@@ -278,8 +280,11 @@ def run_experiment(
 
 
 def rebuild_summary(out_dir: Path) -> dict[str, Any]:
-    """Recompute `summary.json` of a run folder from its stored records (no model needed)."""
+    """Recompute `summary.json` of a run folder from its stored records (no model needed); a books
+    run has no records, so its stored `books_summary.json` is returned as it is."""
     store = RecordStore.existing(out_dir)
+    if is_books_run(out_dir):
+        return store.read_json(BOOKS_SUMMARY)
     config = parse_config(store.read_yaml(CONFIG))
     summary = summarize(store.read_records(), config, store.read_json(WINDOWS))
     if "prior_aware" in config.methods:

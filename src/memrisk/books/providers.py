@@ -9,6 +9,7 @@ halt (`server`), or give up (`client`).
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -166,8 +167,9 @@ class AnthropicProvider:
         model = self.model
         for _ in range(settings.candidates):
             try:
-                message = self._client.messages.create(
-                    model=self.model, messages=messages, max_tokens=settings.max_tokens, temperature=settings.temperature,
+                message = self._client.messages.create(  # anthropic >= 1.0 takes temperature only as extra_body
+                    model=self.model, messages=messages, max_tokens=settings.max_tokens,
+                    extra_body={"temperature": settings.temperature},
                 )
             except anthropic.APITimeoutError as exc:
                 raise ProviderError("timeout", f"request timed out: {exc}") from exc
@@ -183,6 +185,17 @@ class AnthropicProvider:
         return ChatResponse(tuple(texts), tuple(reasons), total, 200, model)
 
 
+def _httpx_modules() -> tuple[Any, ...]:
+    """The installed httpx flavours (google-genai 3 uses httpx2, older ones httpx); it raises their errors unwrapped."""
+    modules = []
+    for name in ("httpx", "httpx2"):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            pass
+    return tuple(modules)
+
+
 class GeminiProvider:
     """Google's Gemini API through the `google-genai` SDK."""
 
@@ -190,13 +203,15 @@ class GeminiProvider:
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "GEMINI_API_KEY", timeout_s: float = 120.0) -> None:
         try:
-            import httpx
             from google import genai
             from google.genai import errors, types
         except ImportError as exc:
             raise MemriskError("the gemini provider needs the google-genai package: pip install 'memrisk[gemini]'") from exc
         self.model = model
-        self._types, self._errors, self._httpx = types, errors, httpx
+        self._types, self._errors = types, errors
+        httpx = _httpx_modules()
+        self._timeouts = tuple(module.TimeoutException for module in httpx)
+        self._transport_errors = tuple(module.TransportError for module in httpx)
         options = types.HttpOptions(timeout=int(timeout_s * 1000), base_url=base_url)
         self._client = genai.Client(api_key=api_key(api_key_env), http_options=options)
 
@@ -215,13 +230,15 @@ class GeminiProvider:
             response = self._client.models.generate_content(model=self.model, contents=contents, config=config)
         except self._errors.APIError as exc:
             raise ProviderError(_status_kind(int(exc.code)), f"HTTP {exc.code}: {exc.message}", int(exc.code)) from exc
-        except self._httpx.TimeoutException as exc:
+        except self._timeouts as exc:
             raise ProviderError("timeout", f"request timed out: {exc}") from exc
+        except self._transport_errors as exc:
+            raise ProviderError("timeout", f"connection failed: {exc}") from exc
         candidates = response.candidates or []
         meta = response.usage_metadata
         return ChatResponse(
             texts=tuple("".join(p.text or "" for p in (c.content.parts or [])) if c.content else "" for c in candidates) or ("",),
-            finish_reasons=tuple(str(c.finish_reason) for c in candidates) or ("empty",),
+            finish_reasons=tuple(c.finish_reason.value if c.finish_reason else "None" for c in candidates) or ("empty",),
             usage=Usage(
                 input=(meta.prompt_token_count or 0) if meta else 0,
                 output=((meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0)) if meta else 0,

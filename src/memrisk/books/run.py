@@ -163,13 +163,13 @@ class BooksRun:
         record: dict[str, Any] = {
             "name": name, "book_words": result.book_words, "seed": {"prefix": prefix, "target": target},
             "phase1": _phase1_summary(first), "phase2": _phase2_summary(second), "nv_recall": _nv_summary(result),
-            "costs": {
-                phase: cost_report([e for e in self.session.responses() if f"/{phase}/" in e["key"] and e["key"].startswith(f"{name}/")], self.price).as_dict()
-                for phase in ("phase1", "phase2")
-            },
         }
         if self.config.per_chapter:
             record["per_chapter"] = self._per_chapter(name, text, self.config.per_chapter)
+        record["costs"] = {  # after the chapters, so a fresh and a resumed run count the same requests
+            phase: cost_report([e for e in self.session.responses() if f"/{phase}/" in e["key"] and e["key"].startswith(f"{name}/")], self.price).as_dict()
+            for phase in ("phase1", "phase2")
+        }
         self._say(f"[{name}] nv-recall {result.nv_recall:.1%} ({result.matched} of {result.book_words} words)")
         self.store.write_json(f"{folder}/result.json", record)
         return record

@@ -19,6 +19,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from memrisk.report.books import RecallBar, Strip
 from memrisk.report.metrics import CCDF_POINTS, ROLES, BookHeatmap, categories, finite_points, max_pool
 
 COLOURS = {"blue": "#1f77b4", "orange": "#ff7f0e", "red": "#d62728"}
@@ -281,4 +282,45 @@ def book_heatmap_figure(heatmaps: Sequence[BookHeatmap], tau: float, label: str)
         ax.tick_params(axis="x", labelsize=7)
     axes[-1].set_xlabel("character position")
     fig.colorbar(image, ax=list(axes), label="max probability", extend="min")
+    return fig
+
+
+def nv_recall_figure(bars: Sequence[RecallBar]) -> Figure:
+    """nv-recall per book as horizontal bars (%), the per-chapter union as a second bar where present."""
+    fig = new_figure(6.4, 1.2 + 0.5 * max(len(bars), 1))
+    ax = fig.add_subplot()
+    if not bars:
+        _no_data(ax, "no books")
+        return fig
+    chapters = any(b.per_chapter is not None for b in bars)
+    height = 0.4 if chapters else 0.7
+    rows = np.arange(len(bars))
+    ax.barh(rows - (height / 2 if chapters else 0.0), [100.0 * b.nv_recall for b in bars], height, color=SERIES[0], label="generation")
+    if chapters:
+        union = [(i, 100.0 * b.per_chapter) for i, b in enumerate(bars) if b.per_chapter is not None]
+        ax.barh([i + height / 2 for i, _ in union], [v for _, v in union], height, color=SERIES[2], label="per-chapter union")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_yticks(rows, [plain(b.name) for b in bars])
+    ax.invert_yaxis()
+    ax.set_xlim(0.0, 100.0)
+    ax.set_xlabel("nv-recall, % of the book's words")
+    return fig
+
+
+def books_heatmap_figure(book_strips: Sequence[Strip]) -> Figure:
+    """Per book a strip over its words with the extracted near-verbatim blocks coloured (Books Fig. 5)."""
+    fig = new_figure(9.0, 0.6 + 0.6 * max(len(book_strips), 1))
+    if not book_strips:
+        _no_data(fig.add_subplot(), "no books")
+        return fig
+    axes = fig.subplots(len(book_strips), 1, squeeze=False)[:, 0]
+    for ax, strip in zip(axes, book_strips):
+        ax.broken_barh([(0, strip.book_words)], (0, 1), color="#eeeeee")
+        ax.broken_barh(list(strip.spans), (0, 1), color=COLOURS["red"])
+        ax.set_xlim(0, max(strip.book_words, 1))
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
+        ax.set_title(plain(f"{strip.label}: {strip.covered} of {strip.book_words} words in extracted blocks"), fontsize=8, loc="left")
+        ax.tick_params(axis="x", labelsize=7)
+    axes[-1].set_xlabel("word position in the book")
     return fig

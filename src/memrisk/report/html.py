@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import html
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from matplotlib.figure import Figure
 
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.errors import MemriskError
-from memrisk.report import figures, metrics
+from memrisk.report import books, figures, metrics
 from memrisk.runner import PRIOR_AWARE, WINDOWS
 from memrisk.store import CONFIG, RecordStore
 
@@ -173,7 +174,29 @@ def load_run(folder: Path) -> Run:
                _optional_json(store, PRIOR_AWARE), records, metrics.run_arrays(records, config))
 
 
-def labelled(runs: Sequence[Run]) -> list[Run]:
+@dataclass(frozen=True)
+class Books:
+    """One books-run folder (`memrisk books run`), loaded for reporting."""
+
+    store: RecordStore
+    label: str
+    summary: dict[str, Any]
+
+
+Folder = Run | Books
+
+
+def load_folder(folder: Path) -> Folder:
+    """A books run when the folder holds `books_summary.json`, else a run with records."""
+    if not books.is_books_run(folder):
+        return load_run(folder)
+    store = RecordStore.existing(folder)
+    summary = store.read_json(books.SUMMARY)
+    model = summary["model"]
+    return Books(store, f"{model['provider']}:{model['name']} (books)", summary)
+
+
+def labelled(runs: Sequence[Folder]) -> list[Folder]:
     """Runs whose labels are unique: a model name shared by several runs gets the folder name."""
     names = [r.label for r in runs]
     return [dataclasses.replace(r, label=f"{r.label} [{r.store.root.name}]") if names.count(r.label) > 1 else r for r in runs]
@@ -522,6 +545,107 @@ def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
     return join(parts), pics
 
 
+def money(value: float) -> str:
+    """US dollars with four decimals."""
+    return f"${value:,.4f}"
+
+
+def relative_link(target: Path, base: Path) -> str:
+    """`target` as a link relative to the folder `base` (forward slashes)."""
+    return Path(os.path.relpath(target, base)).as_posix()
+
+
+def book_row(run: Books, book: dict[str, Any], base: Path) -> list[object]:
+    """One book: Phase 1, Phase 2, nv-recall, cost and links to its diff view and generation."""
+    p1, p2, nv = book["phase1"], book["phase2"], book["nv_recall"]
+    folder = run.store.root / "books" / book["name"]
+    success = ("yes" if p1["success"] else "no") + (f" (halted: {p1['halt']})" if p1["halt"] else "")
+    first = [success, "—" if p1["score"] is None else f"{p1['score']:.2f}", "—" if p1["best_k"] is None else p1["best_k"],
+             p1["perturbation"] or "—", p1["attempts"]]
+    second = [p2["turns"], p2["continuations"], p2["halt"], p2["empty"], p2["refusal_retries"], len(p2["matches"])] if p2 else ["not run", *["—"] * 5]
+    links = join([tag("a", "diff", href=relative_link(folder / "diff.html", base)), " · ",
+                  tag("a", "generation.txt", href=relative_link(folder / "generation.txt", base))])
+    return [book["name"], *first, *second, pct(nv["nv_recall"]), nv["matched"], nv["missing"], nv["additional"], nv["max_block"],
+            money(books.book_cost(book)), links]
+
+
+def chapter_row(book: dict[str, Any]) -> list[object]:
+    """The per-chapter variant of one book: chapter counts and the nv-recall of the union of its blocks."""
+    union, totals = book["per_chapter"], books.chapter_totals(book["per_chapter"], book["nv_recall"]["book_words"])
+    return [f"{book['name']} (per chapter, union)", f"{totals['successes']}/{totals['chapters']} chapters", "—", "—", "—", "—",
+            totals["turns"], totals["continuations"], "—", totals["empty"], totals["refusal_retries"], totals["matches"],
+            pct(union["nv_recall"]), totals["matched"], totals["missing"], "—", union["max_block"], "—", ""]
+
+
+def books_table(run: Books, base: Path) -> Html:
+    """Per book (and per-chapter union): Phase 1, Phase 2, nv-recall, words, longest block, cost, links."""
+    header = ["book", "Phase 1 success", "s", "k", "perturbation", "attempts", "Phase 2 turns", "continuations", "halt",
+              "empty answers", "refusal retries", "matches", "nv-recall", "matched words", "missing words", "additional words",
+              "longest block", "cost", "files"]
+    rows = []
+    for book in run.summary["books"]:
+        rows.append(book_row(run, book, base))
+        if "per_chapter" in book:
+            rows.append(chapter_row(book))
+    return table(header, rows)
+
+
+def books_cost_table(summary: dict[str, Any]) -> Html:
+    """Requests, tokens and dollars per book and phase, with a total row (Books Tables 1, 5–10)."""
+    rows = books.cost_rows(summary)
+
+    def cells(report: dict[str, Any]) -> list[object]:
+        return [report["requests"], report["answered"], report["input_tokens"], report["cached_input_tokens"], report["output_tokens"],
+                money(report["cost"]), money(report["cost_without_cache"]), money(report["cost_with_cache_estimate"])]
+
+    header = ["book", "phase", "requests", "answered", "input tokens", "cached input tokens", "output tokens", "cost",
+              "cost without cache (upper bound)", "cost with cache estimate"]
+    body = [[name, phase.replace("phase", "Phase "), *cells(report)] for name, phase, report in rows]
+    return table(header, [*body, ["total", "", *cells(books.cost_total(rows))]])
+
+
+def matches_table(summary: dict[str, Any]) -> Html:
+    """Every logged refusal and stop-string match, with the text around it."""
+    rows = [(m["book"], m["source"], m["kind"], m["pattern"], f"{m['start']}–{m['end']}", tag("div", m["excerpt"], class_="text"))
+            for m in books.match_rows(summary)]
+    if not rows:
+        return note("No refusal or stop string was matched.")
+    return table(["book", "where", "kind", "pattern", "characters", "excerpt"], rows)
+
+
+def books_pictures(run: Books, prefix: str) -> list[Picture]:
+    """nv-recall bars and the book heatmap of a books run."""
+    return [
+        picture(f"{prefix}books-nv-recall", "nv-recall per book: share of the book's words inside near-verbatim blocks of the "
+                "generation; the per-chapter union as a second bar where the run has it.",
+                figures.nv_recall_figure(books.recall_bars(run.summary))),
+        picture(f"{prefix}books-heatmap", "Where in each book text was extracted: the near-verbatim blocks (red) over the "
+                "book's words (grey), one strip per book and per-chapter union.", figures.books_heatmap_figure(books.strips(run.summary))),
+    ]
+
+
+def books_section(run: Books, prefix: str, base: Path) -> tuple[Html, list[Picture]]:
+    """The report section of a books run and its figures; file links are relative to the report folder `base`."""
+    s, model = run.summary, run.summary["model"]
+    price = s["price_per_million"]
+    pics = books_pictures(run, prefix)
+    parts: list[object] = [
+        tag("h2", f"Books run: {run.label}"),
+        tag("p", f"Model {model['provider']}:{model['name']}; spend cap {money(s['spend_cap_usd'])}, spent {money(s['spent_usd'])} "
+                 f"({s['costs']['requests']} requests logged, {s['requests_sent']} sent by the last invocation). Price per million "
+                 f"tokens: input ${price['input']:g}, cached input ${price['cached_input']:g}, output ${price['output']:g}."),
+        tag("h3", "Books"), books_table(run, base),
+        tag("h3", "Figures"), *map(figure_html, pics),
+        tag("h3", "Cost per book and phase"),
+        note("A book's phases include the requests of its per-chapter variant. The cache estimate uses the provider's cached-token "
+             "counts, and where none are reported assumes the previous prompt of the same conversation was cached (Books App. C)."),
+        books_cost_table(s),
+        tag("h3", "Refusal and stop-string matches"), matches_table(s),
+        *(tag("p", "nv-recall signature: ", tag("code", line), class_="note") for line in books.signatures(s)),
+    ]
+    return join(parts), pics
+
+
 def page(title: str, body: Html) -> str:
     """The whole HTML document: no scripts, no external resources, a CSP that forbids both."""
     head = join([Html('<meta charset="utf-8">'), Html(f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'),
@@ -532,21 +656,25 @@ def page(title: str, body: Html) -> str:
 def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
     """Write `report.html` and `figures/` for one run, or a comparison of several; return the page's path.
 
-    The files go into the first run folder, or into the folder `out` when given, through a RecordStore.
+    Books-run folders get their own section, in the order given; runs with records are compared
+    when there are several. The files go into the first folder, or into the folder `out` when
+    given, through a RecordStore.
     """
     if not run_dirs:
         raise MemriskError("write_report needs at least one run folder")
-    runs = labelled([load_run(Path(d)) for d in run_dirs])
+    runs = labelled([load_folder(Path(d)) for d in run_dirs])
+    store = runs[0].store if out is None else RecordStore(Path(out), {})
+    record_runs = [r for r in runs if isinstance(r, Run)]
     sections, pics = [], []
-    if len(runs) > 1:
-        section, compare_pics = comparison_section(runs)
+    if len(record_runs) > 1:
+        section, compare_pics = comparison_section(record_runs)
         sections.append(section)
         pics += compare_pics
     for i, run in enumerate(runs):
-        section, run_pics = run_section(run, f"run{i + 1}-" if i else "")
+        prefix = f"run{i + 1}-" if i else ""
+        section, run_pics = books_section(run, prefix, store.root) if isinstance(run, Books) else run_section(run, prefix)
         sections.append(section)
         pics += run_pics
-    store = runs[0].store if out is None else RecordStore(Path(out), {})
     for pic in pics:
         store.write_bytes(f"figures/{pic.name}.png", pic.png)
         store.write_bytes(f"figures/{pic.name}.svg", pic.svg)
