@@ -22,7 +22,7 @@ from memrisk.report import books
 from memrisk.report.html import money, pct, write_report
 from memrisk.runner import rebuild_summary
 from tests import test_report_html as shared
-from tests.test_report_html import BROWSER_MISSING, SCRIPT, QuietHandler, full_page_png, make_run, visible_text
+from tests.test_report_html import BROWSER_MISSING, SCRIPT, QuietHandler, full_page_png, make_run, records, visible_text
 
 browser = shared.browser  # the headless-Chromium fixture
 
@@ -191,9 +191,18 @@ def test_cli_report_of_a_books_run(books_run, capsys) -> None:
     assert (out / "report.html").is_file()
 
 
+def test_cli_report_of_an_unfinished_books_run(books_run, tmp_path, capsys) -> None:
+    out, _ = books_run
+    for name in ("manifest.json", "config.yaml", "requests.jsonl"):
+        (tmp_path / name).write_bytes((out / name).read_bytes())
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert "unfinished books run" in capsys.readouterr().err
+
+
 def test_cli_report_of_books_and_record_runs_together(books_run, tmp_path, capsys) -> None:
     out, _ = books_run
-    run = make_run(tmp_path / "records")
+    probabilistic = [{k: v for k, v in r.items() if not k.startswith(("cbs_", "greedy_"))} for r in records()]
+    run = make_run(tmp_path / "records", probabilistic, ["probabilistic"])
     assert cli.main(["report", str(run), str(out)]) == 0
     assert "book extraction from" in capsys.readouterr().out
     report = run / "report.html"

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrisk.books.run import SUMMARY
+from memrisk.books.run import LOG, SUMMARY
+from memrisk.errors import MemriskError
 
 PHASES = ("phase1", "phase2")
 COST_FIELDS = (
@@ -17,8 +18,13 @@ COST_FIELDS = (
 
 
 def is_books_run(folder: Path) -> bool:
-    """Whether `folder` is a finished books run (it holds `books_summary.json`)."""
-    return (Path(folder) / SUMMARY).is_file()
+    """Whether `folder` is a books run (it holds `books_summary.json`); an unfinished one is an error."""
+    folder = Path(folder)
+    if (folder / SUMMARY).is_file():
+        return True
+    if (folder / LOG).is_file():
+        raise MemriskError(f"{folder} is an unfinished books run (no {SUMMARY}); re-run `memrisk books run` with its config to finish it")
+    return False
 
 
 def book_cost(book: dict[str, Any]) -> float:
