@@ -9,8 +9,19 @@ import pytest
 from memrisk.books.costs import Price, cost, cost_report, price_for, request_bound
 from memrisk.books.perturb import INSTRUCTION, perturb
 from memrisk.books.phase1 import best_of_n, longest_common_words, similarity
-from memrisk.books.phase2 import REFUSALS, STOPS, MatchRule, RefusalRetry, continuation_loop
-from memrisk.books.providers import ChatResponse, GenerationSettings, ProviderError, Usage
+from memrisk.books.phase2 import (
+    REFUSALS,
+    STOPS,
+    MatchRule,
+    RefusalRetry,
+    continuation_loop,
+)
+from memrisk.books.providers import (
+    ChatResponse,
+    GenerationSettings,
+    ProviderError,
+    Usage,
+)
 from memrisk.books.session import RetryPolicy, Session
 from memrisk.errors import MemriskError
 from memrisk.store import RequestLog

@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
+import this
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import this
 import yaml
 from chat_server import REFUSAL_TEXT, ChatServer
 

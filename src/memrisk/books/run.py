@@ -21,7 +21,12 @@ from memrisk.books.costs import Price, cost_report, price_for
 from memrisk.books.diffview import diff_html
 from memrisk.books.nvrecall import Block, NVRecall, nv_recall
 from memrisk.books.phase1 import Phase1Result, best_of_n
-from memrisk.books.phase2 import MatchRule, Phase2Result, RefusalRetry, continuation_loop
+from memrisk.books.phase2 import (
+    MatchRule,
+    Phase2Result,
+    RefusalRetry,
+    continuation_loop,
+)
 from memrisk.books.providers import ChatProvider, GenerationSettings, make_provider
 from memrisk.books.session import RetryPolicy, Session
 from memrisk.errors import MemriskError

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from memrisk.books.costs import Price, cost, request_bound
-from memrisk.books.providers import ChatProvider, ChatResponse, GenerationSettings, ProviderError, Usage, timed
+from memrisk.books.providers import (
+    ChatProvider,
+    ChatResponse,
+    GenerationSettings,
+    ProviderError,
+    Usage,
+    timed,
+)
 from memrisk.errors import MemriskError
 from memrisk.store import RequestLog
 
