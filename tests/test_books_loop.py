@@ -219,3 +219,35 @@ def test_a_torn_last_log_line_is_dropped(tmp_path) -> None:
     assert log.entries() == [{"event": "request", "key": "a"}]
     log.append({"event": "x"})
     assert [e["event"] for e in log.entries()] == ["request", "x"]
+
+
+def test_books_score_cli_prints_nv_recall_and_writes_the_diff_view(tmp_path, capsys) -> None:
+    from memrisk.cli import main
+
+    words = [f"w{i}" for i in range(400)]
+    book, generated = tmp_path / "book.txt", tmp_path / "gen.txt"
+    book.write_text(" ".join(words))
+    generated.write_text("preface words " + " ".join(words[100:300]) + " <script>alert(1)</script>")
+    assert main(["books", "score", str(book), str(generated), "--html", str(tmp_path / "diff.html")]) == 0
+    out = capsys.readouterr().out
+    assert "nv-recall 0.5000  matched 200  missing 200  additional 3" in out and "passes=(2,1,20),(10,3,100)" in out
+    page = (tmp_path / "diff.html").read_text()
+    assert "&lt;script&gt;" in page and "<script>" not in page
+    assert main(["books", "score", str(tmp_path / "absent.txt"), str(generated)]) == 2
+    assert "book file not found" in capsys.readouterr().err
+
+
+def test_books_run_rejects_bad_configs_with_one_clear_error(tmp_path, capsys) -> None:
+    from memrisk.cli import main
+
+    path = tmp_path / "books.yaml"
+    path.write_text("model: {name: gpt-4.1}\nbooks: [{name: a, path: a.txt}]\n")
+    assert main(["books", "run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "spend_cap_usd" in capsys.readouterr().err
+    path.write_text("model: {name: gpt-4.1, api_key_env: MEMRISK_ABSENT_KEY}\nbooks: [{name: a, path: a.txt}]\nspend_cap_usd: 1\n")
+    assert main(["books", "run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "book file not found" in capsys.readouterr().err
+    (tmp_path / "a.txt").write_text("some words of a book")
+    assert main(["books", "run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "MEMRISK_ABSENT_KEY" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists(), "nothing is written before the run can start"

@@ -89,15 +89,16 @@ class BooksRun:
         sleep: Callable[[float], None] = time.sleep, progress: bool = True,
     ) -> None:
         self.config, self.sleep, self.progress = config, sleep, progress
-        dump = config.model_dump(mode="json")
-        self.store = RecordStore.open(out, dump, dump, force=force)
-        if force:
-            self.store.remove(LOG)
+        self.texts = {b.name: read_book(b.path) for b in config.books}
         model = config.model
         self.price = Price(**model.price.model_dump()) if model.price else price_for(model.name)
         self.provider = provider or make_provider(
             model.provider, model.name, base_url=model.base_url, api_key_env=model.api_key_env, timeout_s=model.timeout_s,
         )
+        dump = config.model_dump(mode="json")
+        self.store = RecordStore.open(out, dump, dump, force=force)
+        if force:
+            self.store.remove(LOG)
         backoff = config.phase2.backoff
         self.session = Session(
             self.provider, RequestLog(out / LOG), self.price, spend_cap=config.spend_cap_usd,
@@ -106,7 +107,7 @@ class BooksRun:
 
     def run(self) -> dict[str, Any]:
         """Every book in order; returns (and stores) the summary."""
-        books = [self._book(b.name, read_book(b.path), b.prefix, b.target) for b in self.config.books]
+        books = [self._book(b.name, self.texts[b.name], b.prefix, b.target) for b in self.config.books]
         summary = {
             "kind": "books",
             "model": {"provider": self.config.model.provider, "name": self.config.model.name},
