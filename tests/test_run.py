@@ -237,3 +237,37 @@ def test_prior_aware_method_adds_columns_calibration_and_filtered_rates(tmp_path
     assert greedy["extracted_and_pa_memorized"] == sum(r["greedy_exact"] and r["pa_memorized"] for r in story_rows)
     extremes = summary["prior_aware_extremes"]
     assert extremes["lowest"][0]["log10_ratio"] <= extremes["highest"][0]["log10_ratio"]
+
+
+def test_out_of_memory_halves_the_batch_and_retries(tmp_path, model_dir, monkeypatch, caplog) -> None:
+    """A device that fits at most 2 sequences per forward pass: the run halves 8 → 4 → 2 (logged;
+    shards of 4 make the first pass 4 rows) and its records equal those of a run at batch size 2."""
+    import torch
+
+    import memrisk
+    from memrisk.models.memory import halving_on_oom
+
+    config = load_config(write_config(tmp_path, model_dir, methods=["probabilistic", "greedy", "cbs"]))
+    run_experiment(config, tmp_path / "small", model=memrisk.load_model(str(model_dir), batch_size=2), progress=False)
+    lm = memrisk.load_model(str(model_dir), batch_size=8)
+    attempts: list[int] = []
+    for name in ("suffix_logits", "prefill"):
+        real = getattr(lm, name)
+
+        def limited(rows, *args, _real=real, **kwargs):
+            attempts.append(len(rows))
+            if len(rows) > 2:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            return _real(rows, *args, **kwargs)
+
+        monkeypatch.setattr(lm, name, limited)
+    with caplog.at_level("WARNING", logger="memrisk.models.memory"):
+        run_experiment(config, tmp_path / "halved", model=lm, progress=False)
+    assert lm.batch_size == 2 and attempts[:3] == [4, 4, 2] and max(attempts[2:]) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "out of memory on cpu: batch size halved to 4, retrying", "out of memory on cpu: batch size halved to 2, retrying",
+    ]
+    assert records(tmp_path / "halved") == records(tmp_path / "small")
+    monkeypatch.setattr(lm, "batch_size", 1)
+    with pytest.raises(memrisk.MemriskError, match="one sequence per batch"):
+        halving_on_oom(lm, lambda: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")))

@@ -20,6 +20,7 @@ from memrisk.extraction.prior_aware import PriorAwareResult, calibrate, default_
 from memrisk.extraction.probabilistic import verbatim_scores
 from memrisk.data.bank import PrefixBank
 from memrisk.models.backend import LanguageModel, load_model
+from memrisk.models.memory import halving_on_oom
 from memrisk.books.run import SUMMARY as BOOKS_SUMMARY
 from memrisk.report.books import is_books_run
 from memrisk.report.summary import summarize
@@ -269,7 +270,7 @@ def run_experiment(
     todo = [e for e in examples if e.example_id not in done]
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="examples", unit="ex", disable=not progress)
     for chunk in chunks(todo, config.shard_size):
-        store.append(score_examples(config, lm, chunk, prior))
+        store.append(halving_on_oom(lm, lambda: score_examples(config, lm, chunk, prior)))
         bar.update(len(chunk))
     bar.close()
     summary = summarize(store.read_records(), config, window_info)
