@@ -36,6 +36,7 @@ import torch
 
 import memrisk
 from memrisk import DecodingPolicy
+from memrisk.models.throughput import device_peak_flops, utilization_line
 
 PREFIX_TOKENS = 50
 SUFFIX_TOKENS = 50
@@ -131,6 +132,10 @@ def main() -> None:
             f"{best[variant] / best[names[0]]:.3f} on best runs"
         )
     print("(1.0 = as fast as the bare forward; target for 4 policies >= 0.85)")
+    token_evals = sum(int(b.numel()) for b in batches)
+    parameters = sum(p.numel() for p in lm.model.parameters())
+    peak = device_peak_flops(lm.device)
+    print("(c) " + utilization_line(token_evals, parameters, statistics.median(times[names[2]]), peak))
 
 
 if __name__ == "__main__":
