@@ -271,3 +271,20 @@ def test_out_of_memory_halves_the_batch_and_retries(tmp_path, model_dir, monkeyp
     monkeypatch.setattr(lm, "batch_size", 1)
     with pytest.raises(memrisk.MemriskError, match="one sequence per batch"):
         halving_on_oom(lm, lambda: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")))
+
+
+def test_attention_kernel_is_chosen_by_the_config_and_recorded(tmp_path, model_dir) -> None:
+    import memrisk
+
+    config = load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "batch_size": 4, "attention": "eager"}))
+    run_experiment(config, tmp_path / "eager", progress=False)
+    versions = json.loads((tmp_path / "eager" / "versions.json").read_text())
+    assert versions["model"]["attention"] == "eager"
+    assert memrisk.load_model(str(model_dir), attention="sdpa").model.config._attn_implementation == "sdpa"
+    with pytest.raises(memrisk.MemriskError, match="attention must be one of"):
+        memrisk.load_model(str(model_dir), attention="fast")
+    sdpa = load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "batch_size": 4, "attention": "sdpa"}))
+    run_experiment(sdpa, tmp_path / "sdpa", progress=False)
+    for a, b in zip(records(tmp_path / "eager"), records(tmp_path / "sdpa"), strict=True):
+        assert a["greedy_ids"] == b["greedy_ids"]
+        assert a["log_p.topk3"] == pytest.approx(b["log_p.topk3"], abs=1e-4)

@@ -29,6 +29,7 @@ class ModelConfig(_Strict):
     device: str = "auto"
     gguf_file: str | None = None
     batch_size: int = Field(8, ge=1)
+    attention: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
 
 
 class DatasetConfig(_Strict):

@@ -256,7 +256,8 @@ def run_experiment(
     """
     m = config.model
     lm = model or load_model(
-        m.name, revision=m.revision, dtype=m.dtype, device=m.device, gguf_file=m.gguf_file, batch_size=m.batch_size
+        m.name, revision=m.revision, dtype=m.dtype, device=m.device, gguf_file=m.gguf_file, batch_size=m.batch_size,
+        attention=m.attention,
     )
     documents = load_documents(config)
     examples, window_info = build_examples(config, lm, documents)

@@ -22,6 +22,7 @@ from memrisk.models import kvcache
 SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+ATTENTION_KERNELS = ("sdpa", "eager", "flash_attention_2")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
@@ -117,7 +118,7 @@ class LanguageModel:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def describe(self) -> dict[str, Any]:
-        """Provenance of the model for records: name, revision, commit, dtype, device, size."""
+        """Provenance of the model for records: name, revision, commit, dtype, device, attention, size."""
         config = self.model.config
         return {
             "name": str(self.name),
@@ -126,6 +127,7 @@ class LanguageModel:
             "architecture": type(self.model).__name__,
             "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch."),
             "device": str(self.device),
+            "attention": getattr(config, "_attn_implementation", None),
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "vocab_size": self.vocab_size,
             "bos_token_id": self.bos_token_id,
@@ -285,11 +287,13 @@ def load_model(
     device: str | None = None,
     gguf_file: str | None = None,
     batch_size: int = 8,
+    attention: str | None = None,
 ) -> LanguageModel:
     """Load a causal LM from a hub id, a local folder, 'smollm2', or wrap an in-memory model.
 
     `model` may also be a `transformers.PreTrainedModel` (with an optional tokenizer) or an
-    existing `LanguageModel`, which is returned as is.
+    existing `LanguageModel`, which is returned as is. `attention` picks the attention kernel
+    ("sdpa", "eager", "flash_attention_2"; default: the library's choice).
     """
     if isinstance(model, LanguageModel):
         return model
@@ -307,10 +311,15 @@ def load_model(
     options: dict[str, Any] = {"revision": revision, "dtype": _resolve_dtype(dtype, target)}
     if gguf_file:
         options["gguf_file"] = gguf_file
+    if attention not in (None, "auto"):
+        if attention not in ATTENTION_KERNELS:
+            raise MemriskError(f"attention must be one of auto, {', '.join(ATTENTION_KERNELS)}; got {attention!r}")
+        options["attn_implementation"] = attention
     try:
         loaded = AutoModelForCausalLM.from_pretrained(source, **options).to(target)
         if tokenizer is None:
             options.pop("dtype")
+            options.pop("attn_implementation", None)
             tokenizer = AutoTokenizer.from_pretrained(source, **options)
     except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
