@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -12,6 +12,7 @@ from memrisk.decoding import DecodingPolicy
 from memrisk.errors import MemriskError
 
 DEFAULT_METHODS = ("probabilistic", "greedy")
+M = TypeVar("M", bound=BaseModel)
 
 
 class _Strict(BaseModel):
@@ -189,11 +190,7 @@ class ExperimentConfig(_Strict):
 
 def parse_config(data: Any, base_dir: Path | None = None) -> ExperimentConfig:
     """Validate a config mapping; relative dataset paths are resolved against `base_dir`."""
-    try:
-        config = ExperimentConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
-        raise MemriskError(f"invalid config: {problems}") from None
+    config = validated(ExperimentConfig, data, "config")
     if base_dir is None:
         return config
     datasets = [
@@ -202,8 +199,17 @@ def parse_config(data: Any, base_dir: Path | None = None) -> ExperimentConfig:
     return config.model_copy(update={"datasets": datasets})
 
 
-def load_config(path: str | Path) -> ExperimentConfig:
-    """Read and validate a YAML experiment file."""
+def validated(model: type[M], data: Any, what: str) -> M:
+    """`data` validated as `model`; every problem named in one MemriskError."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+        raise MemriskError(f"invalid {what}: {problems}") from None
+
+
+def read_yaml_mapping(path: str | Path, expected: str) -> dict[str, Any]:
+    """The mapping a YAML file holds; `expected` names its settings in the error when it holds none."""
     path = Path(path)
     if not path.is_file():
         raise MemriskError(f"config file not found: {path}")
@@ -212,5 +218,10 @@ def load_config(path: str | Path) -> ExperimentConfig:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise MemriskError(f"{path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise MemriskError(f"{path} must hold a mapping of settings (model, datasets, ...)")
-    return parse_config(data, path.parent)
+        raise MemriskError(f"{path} must hold a mapping of settings ({expected}, ...)")
+    return data
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate a YAML experiment file."""
+    return parse_config(read_yaml_mapping(path, "model, datasets"), Path(path).parent)

@@ -10,13 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memrisk.books.perturb import INSTRUCTION
 from memrisk.books.phase1 import PROMPT_TEMPLATE, SUCCESS_THRESHOLD
 from memrisk.books.phase2 import CONTINUE_PROMPT, REFUSAL_PATTERNS, STOP_STRINGS
-from memrisk.errors import MemriskError
+from memrisk.config import read_yaml_mapping, validated
 
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "claude-3-7-sonnet": {"max_tokens": 250, "turns": 600},
@@ -165,11 +164,7 @@ class BooksRunConfig(_Strict):
 
 def parse_books_config(data: Any, base_dir: Path | None = None) -> BooksRunConfig:
     """Validate a books-run mapping; book paths are resolved against `base_dir`."""
-    try:
-        config = BooksRunConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
-        raise MemriskError(f"invalid books config: {problems}") from None
+    config = validated(BooksRunConfig, data, "books config")
     if base_dir is None:
         return config
     books = [b.model_copy(update={"path": str((base_dir / b.path).resolve())}) for b in config.books]
@@ -178,13 +173,4 @@ def parse_books_config(data: Any, base_dir: Path | None = None) -> BooksRunConfi
 
 def load_books_config(path: str | Path) -> BooksRunConfig:
     """Read and validate a books-run YAML file."""
-    path = Path(path)
-    if not path.is_file():
-        raise MemriskError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise MemriskError(f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise MemriskError(f"{path} must hold a mapping of settings (model, books, spend_cap_usd, ...)")
-    return parse_books_config(data, path.parent)
+    return parse_books_config(read_yaml_mapping(path, "model, books, spend_cap_usd"), Path(path).parent)

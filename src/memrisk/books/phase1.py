@@ -116,8 +116,7 @@ def best_of_n(
                 if answer.response is None:
                     halt, stop = halt or answer.halt, True
                     continue
-                score = max(similarity(target, t) for t in answer.response.texts)
-                reply = max(answer.response.texts, key=lambda t: similarity(target, t))
+                score, reply = max(((similarity(target, t), t) for t in answer.response.texts), key=lambda pair: pair[0])
                 done[k] = Attempt(k, name, text, reply, score)
                 stop = stop or score >= threshold
     result = Phase1Result(tuple(done[k] for k in sorted(done)), threshold, halt)

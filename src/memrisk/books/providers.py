@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -98,6 +100,19 @@ def _status_kind(status: int) -> ErrorKind:
     return "server" if status >= 500 else "client"
 
 
+@contextmanager
+def _sdk_errors(sdk: Any) -> Iterator[None]:
+    """Map the errors the openai and anthropic SDKs share by name to `ProviderError`."""
+    try:
+        yield
+    except sdk.APITimeoutError as exc:
+        raise ProviderError("timeout", f"request timed out: {exc}") from exc
+    except sdk.APIConnectionError as exc:
+        raise ProviderError("timeout", f"connection failed: {exc}") from exc
+    except sdk.APIStatusError as exc:
+        raise ProviderError(_status_kind(exc.status_code), f"HTTP {exc.status_code}: {exc.message}", exc.status_code) from exc
+
+
 class OpenAIProvider:
     """Any server speaking OpenAI chat completions, through the official `openai` SDK."""
 
@@ -114,21 +129,14 @@ class OpenAIProvider:
 
     def complete(self, messages: list[dict[str, str]], settings: GenerationSettings) -> ChatResponse:
         """One chat-completions request with `settings.candidates` choices."""
-        openai = self._openai
         options: dict[str, Any] = {"temperature": settings.temperature, "max_tokens": settings.max_tokens}
         if settings.candidates > 1:
             options["n"] = settings.candidates
         for name in ("frequency_penalty", "presence_penalty"):
             if getattr(settings, name) is not None:
                 options[name] = getattr(settings, name)
-        try:
+        with _sdk_errors(self._openai):
             raw = self._client.chat.completions.with_raw_response.create(model=self.model, messages=messages, **options)
-        except openai.APITimeoutError as exc:
-            raise ProviderError("timeout", f"request timed out: {exc}") from exc
-        except openai.APIConnectionError as exc:
-            raise ProviderError("timeout", f"connection failed: {exc}") from exc
-        except openai.APIStatusError as exc:
-            raise ProviderError(_status_kind(exc.status_code), f"HTTP {exc.status_code}: {exc.message}", exc.status_code) from exc
         completion = raw.parse()
         usage = completion.usage
         details = getattr(usage, "prompt_tokens_details", None) if usage else None
@@ -162,21 +170,14 @@ class AnthropicProvider:
 
     def complete(self, messages: list[dict[str, str]], settings: GenerationSettings) -> ChatResponse:
         """`settings.candidates` Messages requests; usage is their sum."""
-        anthropic = self._anthropic
         texts, reasons, total = [], [], Usage(0, 0, 0)
         model = self.model
         for _ in range(settings.candidates):
-            try:
+            with _sdk_errors(self._anthropic):
                 message = self._client.messages.create(  # anthropic >= 1.0 takes temperature only as extra_body
                     model=self.model, messages=messages, max_tokens=settings.max_tokens,
                     extra_body={"temperature": settings.temperature},
                 )
-            except anthropic.APITimeoutError as exc:
-                raise ProviderError("timeout", f"request timed out: {exc}") from exc
-            except anthropic.APIConnectionError as exc:
-                raise ProviderError("timeout", f"connection failed: {exc}") from exc
-            except anthropic.APIStatusError as exc:
-                raise ProviderError(_status_kind(exc.status_code), f"HTTP {exc.status_code}: {exc.message}", exc.status_code) from exc
             texts.append("".join(getattr(block, "text", "") for block in message.content))
             reasons.append(str(message.stop_reason))
             cached = getattr(message.usage, "cache_read_input_tokens", None) or 0

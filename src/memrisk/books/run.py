@@ -161,7 +161,7 @@ class BooksRun:
         second = self._phase2(name, first, turns, 1, None)
         if second:
             self._say(f"[{name}] phase 2: {second.turns} turns, ended by {second.halt}")
-        generation = "\n".join([best.response, *(second.responses if second else ())]) if best else ""
+        generation = _generation(first, second)
         result = nv_recall(text, generation)
         folder = f"books/{name}"
         self.store.write_text(f"{folder}/generation.txt", generation)
@@ -190,8 +190,7 @@ class BooksRun:
             prefix, target = seed_split(chapter, p1.prefix_words, p1.target_words)
             first = self._phase1(run_id, prefix, target)
             second = self._phase2(run_id, first, variant.turns, variant.candidates, retry)
-            best = first.best
-            generation = "\n".join([best.response, *(second.responses if second else ())]) if best else ""
+            generation = _generation(first, second)
             result = nv_recall(text, generation)
             results.append(result)
             self.store.write_text(f"books/{name}/chapter{index:03d}.txt", generation)
@@ -206,6 +205,12 @@ class BooksRun:
             "chapters": chapters, "blocks": [b.__dict__ for b in union], "matched": matched,
             "nv_recall": matched / words if words else 0.0, "max_block": max((b.matched for b in union), default=0),
         }
+
+
+def _generation(first: Phase1Result, second: Phase2Result | None) -> str:
+    """The long-form generation: Phase 1's kept answer, then every accepted continuation."""
+    best = first.best
+    return "\n".join([best.response, *(second.responses if second else ())]) if best else ""
 
 
 def _phase1_summary(result: Phase1Result) -> dict[str, Any]:
