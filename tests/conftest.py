@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -46,6 +48,15 @@ def word_model() -> memrisk.LanguageModel:
     """A tiny random GPT-2 over the word tokenizer's vocabulary, wrapped with its tokenizer."""
     tokenizer = word_tokenizer()
     return memrisk.load_model(tiny_gpt2(vocab_size=len(tokenizer), seed=1, n_positions=256), tokenizer)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory, word_model) -> Path:
+    """The word-level tiny model saved as a normal transformers folder (what a config names)."""
+    folder = tmp_path_factory.mktemp("model")
+    word_model.model.save_pretrained(folder)
+    word_model.tokenizer.save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -23,15 +23,6 @@ from tests.conftest import WORDS
 STORY = " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(600))
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, word_model) -> Path:
-    """The word-level tiny model saved as a normal transformers folder."""
-    folder = tmp_path_factory.mktemp("model")
-    word_model.model.save_pretrained(folder)
-    word_model.tokenizer.save_pretrained(folder)
-    return folder
-
-
 def write_config(folder: Path, model_dir: Path, **overrides) -> Path:
     """An experiment YAML over a book-mode text and a doc-mode JSONL control."""
     (folder / "story.txt").write_text(STORY, encoding="utf-8")
@@ -288,3 +279,16 @@ def test_attention_kernel_is_chosen_by_the_config_and_recorded(tmp_path, model_d
     for a, b in zip(records(tmp_path / "eager"), records(tmp_path / "sdpa"), strict=True):
         assert a["greedy_ids"] == b["greedy_ids"]
         assert a["log_p.topk3"] == pytest.approx(b["log_p.topk3"], abs=1e-4)
+
+
+def test_threads_setting_pins_the_cpu_threads(tmp_path, model_dir) -> None:
+    import torch
+
+    from memrisk.runner import load_run_model
+
+    before = torch.get_num_threads()
+    try:
+        load_run_model(load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "threads": 1})))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -24,7 +24,12 @@ def _run(args: argparse.Namespace) -> None:
 
     config = load_config(args.config)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
-    summary = run_experiment(config, out, force=args.force)
+    if args.ray is None:
+        summary = run_experiment(config, out, force=args.force)
+    else:
+        from memrisk.distributed import run_experiment_on_ray
+
+        summary = run_experiment_on_ray(config, out, address=args.ray or None, force=args.force)
     report = write_report([out])
     print(summary_table(summary))
     print(f"\nrecords, summary.json and config in {out}/; report: {report}")
@@ -94,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="experiment YAML file")
     run.add_argument("--out", help="output folder (default: runs/<config name>)")
     run.add_argument("--force", action="store_true", help="discard records made under a different config and start again")
+    run.add_argument(
+        "--ray", nargs="?", const="", metavar="ADDRESS",
+        help="shard the examples over a Ray cluster: ADDRESS (HOST:PORT, ray://HOST:PORT, auto), "
+        "else RAY_ADDRESS or this machine's cluster, else a new local one (records equal a local run's)",
+    )
     run.set_defaults(handler=_run)
 
     report = sub.add_parser(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -29,8 +29,11 @@ class ModelConfig(_Strict):
     dtype: Literal["auto", "float32", "bfloat16", "float16", "float64"] = "auto"
     device: str = "auto"
     gguf_file: str | None = None
-    batch_size: int = Field(8, ge=1)
+    batch_size: Annotated[int, Field(ge=1)] | Literal["auto"] = 8
     attention: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
+    compile: bool = False
+    device_map: str | None = None
+    threads: int | None = Field(None, ge=1)
 
 
 class DatasetConfig(_Strict):
@@ -127,6 +130,20 @@ class PriorAwareConfig(_Strict):
         return n
 
 
+class RayConfig(_Strict):
+    """How `memrisk run --ray` spreads a run over a Ray cluster (placement only: results do not change).
+
+    `workers` defaults to as many replicas as the cluster's CPUs (or GPUs) hold; `gpus_per_worker`
+    defaults to 1 on a cluster with GPUs, else 0. A chunk whose worker dies is redone on a fresh
+    worker up to `max_retries` times.
+    """
+
+    workers: int | None = Field(None, ge=1)
+    cpus_per_worker: float = Field(1.0, gt=0.0)
+    gpus_per_worker: float | None = Field(None, ge=0.0)
+    max_retries: int = Field(3, ge=0)
+
+
 class ExperimentConfig(_Strict):
     """A whole experiment: model, data, windows, decoding policies and methods."""
 
@@ -139,6 +156,7 @@ class ExperimentConfig(_Strict):
     prior_aware: PriorAwareConfig = PriorAwareConfig()
     tau_min: float = Field(1e-3, gt=0.0, le=1.0)
     shard_size: int = Field(64, ge=1)
+    ray: RayConfig = RayConfig()
 
     @field_validator("policies")
     @classmethod
@@ -181,10 +199,12 @@ class ExperimentConfig(_Strict):
         return next(p for p in self.policies if p.label == (self.cbs.policy or self.policies[0].label))
 
     def identity(self) -> dict[str, Any]:
-        """The settings that change results (batch size and shard size do not)."""
+        """The settings that change results (batch size, compilation, placement and sharding do not)."""
         data = self.model_dump(mode="json")
-        data["model"].pop("batch_size")
+        for key in ("batch_size", "compile", "device_map", "threads"):
+            data["model"].pop(key)
         data.pop("shard_size")
+        data.pop("ray")
         return data
 
 

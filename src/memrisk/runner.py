@@ -5,23 +5,30 @@ from __future__ import annotations
 import platform
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
 
 import memrisk
+from memrisk.books.run import SUMMARY as BOOKS_SUMMARY
 from memrisk.config import ExperimentConfig, parse_config
+from memrisk.data.bank import PrefixBank
 from memrisk.data.sources import Document, read_documents
 from memrisk.data.windows import Window, WindowSet, make_windows
 from memrisk.extraction.cbs import CBSResult, cbs, text_masses
 from memrisk.extraction.greedy import greedy_extraction
-from memrisk.extraction.prior_aware import PriorAwareResult, calibrate, default_m, prior_aware
+from memrisk.extraction.prior_aware import (
+    PriorAwareResult,
+    calibrate,
+    default_m,
+    prior_aware,
+)
 from memrisk.extraction.probabilistic import verbatim_scores
-from memrisk.data.bank import PrefixBank
 from memrisk.models.backend import LanguageModel, load_model
-from memrisk.models.memory import halving_on_oom
-from memrisk.books.run import SUMMARY as BOOKS_SUMMARY
+from memrisk.models.memory import auto_batch_size, halving_on_oom
 from memrisk.report.books import is_books_run
 from memrisk.report.summary import summarize
 from memrisk.store import CONFIG, RecordStore
@@ -241,6 +248,70 @@ def chunks(items: Sequence[Example], size: int) -> Iterator[Sequence[Example]]:
         yield items[start : start + size]
 
 
+@dataclass(frozen=True)
+class Plan:
+    """Everything settled before the first record: the examples, what windowing did, the
+    prior-aware setup and the provenance of the model that made them."""
+
+    examples: list[Example]
+    window_info: dict[str, Any]
+    prior: PriorSetup | None
+    versions: dict[str, Any]
+
+
+def load_run_model(config: ExperimentConfig) -> LanguageModel:
+    """The config's model, loaded as it asks; `batch_size: auto` is sized by the device's free memory.
+
+    `threads` pins the CPU threads of this process: float sums are bitwise reproducible only
+    between runs with the same thread count.
+    """
+    m = config.model
+    if m.threads is not None:
+        torch.set_num_threads(m.threads)
+    lm = load_model(
+        m.name, revision=m.revision, dtype=m.dtype, device=m.device, gguf_file=m.gguf_file,
+        batch_size=1 if m.batch_size == "auto" else m.batch_size, attention=m.attention, compile=m.compile,
+        device_map=m.device_map,
+    )
+    if m.batch_size == "auto":
+        w = config.windows
+        longest = max(w.prefix_length, config.prior_aware.prefix_length or 0) + w.suffix_length + 1
+        lm.batch_size = auto_batch_size(lm, sequence_length=longest, scored_positions=w.suffix_length + 1)
+    return lm
+
+
+def plan_run(config: ExperimentConfig, lm: LanguageModel, documents: dict[str, list[Document]]) -> Plan:
+    """Cut the documents into examples and settle the prior-aware bank and thresholds."""
+    examples, window_info = build_examples(config, lm, documents)
+    prior = prior_setup(config, lm, documents) if "prior_aware" in config.methods else None
+    return Plan(examples, window_info, prior, versions(lm))
+
+
+def open_run_store(config: ExperimentConfig, out_dir: str | Path, plan: Plan, *, force: bool = False) -> RecordStore:
+    """Open (or resume) the run folder and write what the plan settled next to the records."""
+    store = RecordStore.open(out_dir, config.model_dump(mode="json"), config.identity(), force=force)
+    store.write_json("versions.json", plan.versions)
+    store.write_json(WINDOWS, plan.window_info)
+    if plan.prior is not None:
+        store.write_json(PRIOR_AWARE, plan.prior.info)
+    return store
+
+
+def pending_chunks(config: ExperimentConfig, plan: Plan, store: RecordStore) -> list[Sequence[Example]]:
+    """The chunks of examples not yet in the store, in run order (one shard each)."""
+    done = store.done_ids
+    return list(chunks([e for e in plan.examples if e.example_id not in done], config.shard_size))
+
+
+def finish_run(config: ExperimentConfig, plan: Plan, store: RecordStore) -> dict[str, Any]:
+    """Summarize the stored records into `summary.json` and return the summary."""
+    summary = summarize(store.read_records(), config, plan.window_info)
+    if plan.prior is not None:
+        summary["prior_aware_settings"] = plan.prior.info
+    store.write_json(SUMMARY, summary)
+    return summary
+
+
 def run_experiment(
     config: ExperimentConfig,
     out_dir: str | Path,
@@ -254,31 +325,17 @@ def run_experiment(
     Everything that can fail on bad input (model, data, windows) is checked before the
     first file is written.
     """
-    m = config.model
-    lm = model or load_model(
-        m.name, revision=m.revision, dtype=m.dtype, device=m.device, gguf_file=m.gguf_file, batch_size=m.batch_size,
-        attention=m.attention,
-    )
-    documents = load_documents(config)
-    examples, window_info = build_examples(config, lm, documents)
-    prior = prior_setup(config, lm, documents) if "prior_aware" in config.methods else None
-    store = RecordStore.open(out_dir, config.model_dump(mode="json"), config.identity(), force=force)
-    store.write_json("versions.json", versions(lm))
-    store.write_json(WINDOWS, window_info)
-    if prior is not None:
-        store.write_json(PRIOR_AWARE, prior.info)
-    done = store.done_ids
-    todo = [e for e in examples if e.example_id not in done]
-    bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="examples", unit="ex", disable=not progress)
-    for chunk in chunks(todo, config.shard_size):
-        store.append(halving_on_oom(lm, lambda: score_examples(config, lm, chunk, prior)))
+    lm = model or load_run_model(config)
+    plan = plan_run(config, lm, load_documents(config))
+    store = open_run_store(config, out_dir, plan, force=force)
+    todo = pending_chunks(config, plan, store)
+    remaining = sum(len(chunk) for chunk in todo)
+    bar = tqdm(total=len(plan.examples), initial=len(plan.examples) - remaining, desc="examples", unit="ex", disable=not progress)
+    for chunk in todo:
+        store.append(halving_on_oom(lm, partial(score_examples, config, lm, chunk, plan.prior)))
         bar.update(len(chunk))
     bar.close()
-    summary = summarize(store.read_records(), config, window_info)
-    if prior is not None:
-        summary["prior_aware_settings"] = prior.info
-    store.write_json(SUMMARY, summary)
-    return summary
+    return finish_run(config, plan, store)
 
 
 def rebuild_summary(out_dir: Path) -> dict[str, Any]:

@@ -39,6 +39,31 @@ def smollm2_directory() -> Path:
     return folder
 
 
+@dataclass(frozen=True)
+class ModelShape:
+    """The architecture numbers that decide how much memory one sequence needs (see `memory`)."""
+
+    layers: int
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    dtype_bytes: int
+    keeps_logits: bool
+    attention_scores: bool
+
+
+def _config_number(config: Any, names: Sequence[str], what: str) -> int:
+    """The first of `names` set on a transformers config (Llama-style names first, then GPT-2's)."""
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return int(value)
+    raise MemriskError(f"this model's config ({type(config).__name__}) has no {what} ({' or '.join(names)})")
+
+
 @dataclass
 class DecodeState:
     """KV cache and bookkeeping of a batch being decoded one token at a time."""
@@ -71,6 +96,21 @@ class LanguageModel:
         self.revision = revision
         self.bos_token_id = bos_token_id if bos_token_id is not None else _added_bos(tokenizer)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._compiled: Any = None
+
+    def compile(self) -> None:
+        """Run forwards through `torch.compile(dynamic=True)` (new lengths do not recompile).
+
+        Writes into memrisk's spare-column KV cache stay outside the compiled graphs (they
+        rebind tensor storage in place). The wrapped model itself is not changed.
+        """
+        if self._compiled is None:
+            self._compiled = torch.compile(self.model, dynamic=True)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether forwards run compiled."""
+        return self._compiled is not None
 
     @property
     def device(self) -> torch.device:
@@ -81,6 +121,29 @@ class LanguageModel:
     def vocab_size(self) -> int:
         """Size of the output vocabulary (the logits' last dimension)."""
         return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def shape(self) -> ModelShape:
+        """Layer count, widths, vocabulary and parameter size read from the model's config.
+
+        Reads Llama-style names (num_hidden_layers, hidden_size, num_attention_heads,
+        num_key_value_heads, head_dim, intermediate_size) and GPT-2's (n_layer, n_embd, n_head, n_inner).
+        """
+        config = self.model.config
+        hidden = _config_number(config, ("hidden_size", "n_embd"), "hidden size")
+        heads = _config_number(config, ("num_attention_heads", "n_head"), "attention head count")
+        return ModelShape(
+            layers=_config_number(config, ("num_hidden_layers", "n_layer"), "layer count"),
+            hidden_size=hidden,
+            heads=heads,
+            kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+            head_dim=getattr(config, "head_dim", None) or hidden // heads,
+            intermediate_size=getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden,
+            vocab_size=self.vocab_size,
+            dtype_bytes=next(self.model.parameters()).element_size(),
+            keeps_logits=self._keeps_logits,
+            attention_scores=getattr(config, "_attn_implementation", None) != "flash_attention_2",
+        )
 
     @property
     def eos_token_id(self) -> int | None:
@@ -118,7 +181,8 @@ class LanguageModel:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def describe(self) -> dict[str, Any]:
-        """Provenance of the model for records: name, revision, commit, dtype, device, attention, size."""
+        """Provenance of the model for records: name, revision, commit, dtype, device, attention, size,
+        whether it runs compiled and accelerate's device map when its layers are spread over devices."""
         config = self.model.config
         return {
             "name": str(self.name),
@@ -131,6 +195,8 @@ class LanguageModel:
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "vocab_size": self.vocab_size,
             "bos_token_id": self.bos_token_id,
+            "compiled": self.compiled,
+            "device_map": getattr(self.model, "hf_device_map", None),
         }
 
     def _input_batch(self, sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,12 +211,27 @@ class LanguageModel:
                 mask[i, width - len(row):] = 1
         return ids.to(self.device), mask.to(self.device)
 
+    def _call(self, **inputs: Any) -> Any:
+        """The model's forward, compiled when asked; a compiler failure is a MemriskError."""
+        if self._compiled is None:
+            return self.model(**inputs)
+        from torch._dynamo.exc import BackendCompilerFailed
+
+        try:
+            return self._compiled(**inputs)
+        except BackendCompilerFailed as exc:
+            cause = getattr(exc, "inner_exception", None) or exc
+            reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+            raise MemriskError(
+                f"torch.compile could not compile {self.name}: {type(cause).__name__}: {reason}; load it without compile"
+            ) from exc
+
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, keep: int | None = None, **kwargs: Any) -> Any:
         """One forward pass with explicit positions, so left padding does not shift them."""
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         if keep is not None and self._keeps_logits:
             kwargs["logits_to_keep"] = keep
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
+        out = self._call(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
         if keep is not None and out.logits.shape[1] != keep:
             out.logits = out.logits[:, -keep:]
         return out
@@ -185,7 +266,7 @@ class LanguageModel:
     def step(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
         """Append one token per row and return the state with the next-token logits."""
         mask = torch.cat([state.attention_mask, state.attention_mask.new_ones(len(tokens), 1)], dim=-1)
-        out = self.model(
+        out = self._call(
             input_ids=tokens.view(-1, 1).to(self.device),
             attention_mask=mask,
             position_ids=state.next_position.view(-1, 1),
@@ -214,7 +295,7 @@ class LanguageModel:
         history = state.attention_mask.repeat(tiles, 1)
         mask = torch.cat([history, history.new_ones(count, length - 1)], dim=-1)
         positions = state.next_position.repeat(tiles).unsqueeze(1) + torch.arange(length - 1, device=self.device)
-        out = self.model(
+        out = self._call(
             input_ids=suffixes[:, :-1].to(self.device), attention_mask=mask, position_ids=positions,
             past_key_values=cache, use_cache=True,
         )
@@ -288,21 +369,33 @@ def load_model(
     gguf_file: str | None = None,
     batch_size: int = 8,
     attention: str | None = None,
+    compile: bool = False,
+    device_map: str | None = None,
 ) -> LanguageModel:
     """Load a causal LM from a hub id, a local folder, 'smollm2', or wrap an in-memory model.
 
     `model` may also be a `transformers.PreTrainedModel` (with an optional tokenizer) or an
-    existing `LanguageModel`, which is returned as is. `attention` picks the attention kernel
-    ("sdpa", "eager", "flash_attention_2"; default: the library's choice).
+    existing `LanguageModel`, which is returned as is (compiled when asked). `attention` picks the
+    attention kernel ("sdpa", "eager", "flash_attention_2"; default: the library's choice).
+    `compile` runs forwards through `torch.compile(dynamic=True)`. `device_map` ("auto",
+    "balanced", "sequential", a device) lets accelerate place the layers, e.g. over several GPUs.
     """
-    if isinstance(model, LanguageModel):
-        return model
     if not isinstance(model, (str, Path)):
-        if not hasattr(model, "config") or not callable(model):
+        if device_map is not None:
+            raise MemriskError("device_map needs a model name or folder to load; an in-memory model is already placed")
+        if isinstance(model, LanguageModel):
+            lm = model
+        elif not hasattr(model, "config") or not callable(model):
             raise MemriskError(f"expected a model name, a folder or a transformers model; got {type(model).__name__}")
-        return LanguageModel(model, tokenizer, batch_size=batch_size, revision=revision)
+        else:
+            lm = LanguageModel(model, tokenizer, batch_size=batch_size, revision=revision)
+        if compile:
+            lm.compile()
+        return lm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if device_map is not None and device not in (None, "auto"):
+        raise MemriskError(f"pass device or device_map, not both (got device={device!r}, device_map={device_map!r})")
     name = str(model)
     source: str | Path = name
     if name == SMOLLM2_ALIAS:
@@ -316,7 +409,10 @@ def load_model(
             raise MemriskError(f"attention must be one of auto, {', '.join(ATTENTION_KERNELS)}; got {attention!r}")
         options["attn_implementation"] = attention
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(source, **options).to(target)
+        if device_map is None:
+            loaded = AutoModelForCausalLM.from_pretrained(source, **options).to(target)
+        else:
+            loaded = AutoModelForCausalLM.from_pretrained(source, device_map=device_map, **options)
         if tokenizer is None:
             options.pop("dtype")
             options.pop("attn_implementation", None)
@@ -324,5 +420,7 @@ def load_model(
     except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise MemriskError(f"could not load model {name!r}: {first_line}") from exc
-    return LanguageModel(loaded, tokenizer, batch_size=batch_size, name=name, revision=revision)
-
+    lm = LanguageModel(loaded, tokenizer, batch_size=batch_size, name=name, revision=revision)
+    if compile:
+        lm.compile()
+    return lm

@@ -1,0 +1,222 @@
+"""Running an experiment on a Ray cluster (`memrisk run CONFIG --ray [ADDRESS]`).
+
+Each worker is a Ray actor holding one model replica. The first worker plans the run
+(windows, prior-aware bank); the driver then hands the same chunks a local run would make,
+one at a time, to whichever worker is free, and commits their records through the run's
+store in chunk order. A worker that dies is replaced and its chunk redone, so no record is
+lost or written twice, and a run can be resumed by a local or a Ray invocation alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from memrisk.config import ExperimentConfig
+from memrisk.data.sources import Document
+from memrisk.errors import MemriskError
+from memrisk.models.memory import halving_on_oom
+from memrisk.runner import (
+    Example,
+    Plan,
+    PriorSetup,
+    finish_run,
+    load_documents,
+    load_run_model,
+    open_run_store,
+    pending_chunks,
+    plan_run,
+    score_examples,
+)
+
+log = logging.getLogger(__name__)
+RAY_RUN = "ray_run.json"
+
+
+def _import_ray() -> Any:
+    """The `ray` module, or one error saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise MemriskError("--ray needs Ray: pip install 'memrisk[ray]'") from None
+    return ray
+
+
+class ScoringWorker:
+    """One model replica on a Ray worker: plans the run and scores chunks of examples.
+
+    The model is loaded by the first call, so a load error reaches the driver as the
+    error it is instead of a dead actor.
+    """
+
+    def __init__(self, config: ExperimentConfig) -> None:
+        self.config = config
+        self.lm = None
+
+    def _model(self) -> Any:
+        if self.lm is None:
+            self.lm = load_run_model(self.config)
+        return self.lm
+
+    def describe(self) -> dict[str, Any]:
+        """Where this replica runs (loads the model first)."""
+        import ray
+
+        lm = self._model()
+        return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(), "device": str(lm.device), "batch_size": lm.batch_size}
+
+    def plan(self, documents: dict[str, list[Document]]) -> Plan:
+        """The run's examples, windowing report, prior-aware setup and provenance."""
+        return plan_run(self.config, self._model(), documents)
+
+    def score(self, chunk: Sequence[Example], prior: PriorSetup | None) -> list[dict[str, Any]]:
+        """Records of one chunk (the batch is halved on out-of-memory, as locally)."""
+        lm = self._model()
+        return halving_on_oom(lm, lambda: score_examples(self.config, lm, chunk, prior))
+
+
+@dataclass
+class PoolReport:
+    """What happened to the workers during one Ray invocation (saved as `ray_run.json`)."""
+
+    address: str
+    ray_version: str
+    cpus_per_worker: float
+    gpus_per_worker: float
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    replaced_workers: int = 0
+    retried_chunks: dict[int, int] = field(default_factory=dict)
+    chunks: int = 0
+
+
+class WorkerPool:
+    """Ray actors holding model replicas; a dead one is replaced on the spot."""
+
+    def __init__(self, ray: Any, config: ExperimentConfig, count: int, cpus: float, gpus: float, report: PoolReport) -> None:
+        self.ray, self.config, self.report = ray, config, report
+        quiet = {"env_vars": {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}}
+        self.remote_class = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0, runtime_env=quiet)(ScoringWorker)
+        self.actors = [self.remote_class.remote(config) for _ in range(count)]
+        report.workers = self._get([actor.describe.remote() for actor in self.actors], "starting the workers")
+
+    def replace(self, actor: Any) -> Any:
+        """A fresh worker in place of a dead one."""
+        self.ray.kill(actor, no_restart=True)
+        fresh = self.remote_class.remote(self.config)
+        self.actors[self.actors.index(actor)] = fresh
+        self.report.replaced_workers += 1
+        return fresh
+
+    def plan(self, documents: dict[str, list[Document]]) -> Plan:
+        """Plan the run on the first worker (another one if it dies)."""
+        for attempt in range(self.config.ray.max_retries + 1):
+            actor = self.actors[0]
+            try:
+                return self._get(actor.plan.remote(documents), "planning the run")
+            except self.ray.exceptions.RayActorError as exc:
+                if attempt == self.config.ray.max_retries:
+                    raise MemriskError(f"planning failed: every worker that tried died ({_first_line(exc)})") from None
+                log.warning("worker died while planning (%s); a fresh one takes over", _first_line(exc))
+                self.replace(actor)
+        raise AssertionError("unreachable")
+
+    def score(self, todo: list[Sequence[Example]], prior: PriorSetup | None, commit: Callable[[list[dict[str, Any]]], None], bar: tqdm) -> None:
+        """Score every chunk; commit their records in chunk order; redo the chunks of dead workers."""
+        ray = self.ray
+        prior_ref = ray.put(prior)
+        queue, idle = deque(range(len(todo))), list(self.actors)
+        in_flight: dict[Any, tuple[Any, int]] = {}
+        finished: dict[int, list[dict[str, Any]]] = {}
+        next_commit = 0
+        self.report.chunks = len(todo)
+        while queue or in_flight:
+            while idle and queue:
+                actor, index = idle.pop(), queue.popleft()
+                in_flight[actor.score.remote(todo[index], prior_ref)] = (actor, index)
+            (ready,), _ = ray.wait(list(in_flight), num_returns=1)
+            actor, index = in_flight.pop(ready)
+            try:
+                finished[index] = self._get(ready, f"scoring chunk {index}")
+                idle.append(actor)
+            except ray.exceptions.RayActorError as exc:
+                retries = self.report.retried_chunks.get(index, 0) + 1
+                if retries > self.config.ray.max_retries:
+                    raise MemriskError(f"chunk {index} failed {retries} times, its workers died ({_first_line(exc)})") from None
+                self.report.retried_chunks[index] = retries
+                log.warning("worker died on chunk %d (%s); redoing it on a fresh worker", index, _first_line(exc))
+                queue.appendleft(index)
+                idle.append(self.replace(actor))
+                bar.set_postfix(workers=len(self.actors), retried=sum(self.report.retried_chunks.values()))
+            while next_commit in finished:
+                records = finished.pop(next_commit)
+                commit(records)
+                bar.update(len(records))
+                next_commit += 1
+
+    def _get(self, refs: Any, what: str) -> Any:
+        """`ray.get`, with an error raised inside a worker surfaced as the MemriskError it was."""
+        try:
+            return self.ray.get(refs)
+        except self.ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, MemriskError):
+                raise MemriskError(str(cause)) from None
+            raise MemriskError(f"{what} failed on a worker: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+
+
+def worker_resources(config: ExperimentConfig, cluster: dict[str, float]) -> tuple[int, float, float]:
+    """Number of workers and CPUs / GPUs each: as configured, else as many as the cluster holds."""
+    r = config.ray
+    gpus = r.gpus_per_worker if r.gpus_per_worker is not None else (1.0 if cluster.get("GPU", 0) >= 1 else 0.0)
+    cpus, have_cpus, have_gpus = r.cpus_per_worker, cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
+    fits = int(have_gpus // gpus) if gpus else int(have_cpus // cpus)
+    count = r.workers or max(1, fits)
+    if count * cpus > have_cpus or count * gpus > have_gpus:
+        raise MemriskError(
+            f"{count} workers × ({cpus:g} CPU, {gpus:g} GPU) do not fit the Ray cluster "
+            f"({have_cpus:g} CPU, {have_gpus:g} GPU); lower ray.workers or the per-worker resources"
+        )
+    return count, cpus, gpus
+
+
+def run_experiment_on_ray(
+    config: ExperimentConfig, out_dir: str | Path, *, address: str | None = None, force: bool = False, progress: bool = True
+) -> dict[str, Any]:
+    """Run (or resume) an experiment on a Ray cluster into `out_dir`; the records equal a local run's.
+
+    `address` is a running cluster (`HOST:PORT`, `ray://HOST:PORT` or `auto`); without one,
+    `RAY_ADDRESS` or a cluster started on this machine is used, else a local one is started.
+    """
+    ray = _import_ray()
+    ray.init(address=address, logging_level=logging.WARNING, configure_logging=False)
+    try:
+        documents = load_documents(config)
+        count, cpus, gpus = worker_resources(config, ray.cluster_resources())
+        report = PoolReport(address or os.environ.get("RAY_ADDRESS", "local"), ray.__version__, cpus, gpus)
+        pool = WorkerPool(ray, config, count, cpus, gpus, report)
+        plan = pool.plan(documents)
+        store = open_run_store(config, out_dir, plan, force=force)
+        todo = pending_chunks(config, plan, store)
+        remaining = sum(len(chunk) for chunk in todo)
+        bar = tqdm(
+            total=len(plan.examples), initial=len(plan.examples) - remaining, unit="ex",
+            desc=f"examples ({len(pool.actors)} Ray workers)", disable=not progress,
+        )
+        pool.score(todo, plan.prior, store.append, bar)
+        bar.close()
+        store.write_json(RAY_RUN, report.__dict__)
+        return finish_run(config, plan, store)
+    finally:
+        ray.shutdown()

@@ -1,0 +1,198 @@
+"""`memrisk run --ray` on a real local Ray cluster (127.0.0.1, 2 CPU workers): a killed worker's
+chunk is redone, a killed driver's run resumes locally, a local run resumes on Ray, and every
+record equals the local run's."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memrisk.config import load_config
+from memrisk.distributed import RAY_RUN, run_experiment_on_ray, worker_resources
+from memrisk.errors import MemriskError
+from memrisk.runner import run_experiment
+from tests.test_run import records, write_config
+
+pytestmark = pytest.mark.slow
+RAY = str(Path(sys.executable).parent / "ray")
+EXPERIMENT = {
+    "methods": ["probabilistic", "greedy", "cbs"],
+    "cbs": {"beam_width": 4, "epsilon": 2, "max_children": 8},
+    "windows": {"mode": "book", "prefix_length": 6, "suffix_length": 5, "stride": 20},
+    "shard_size": 2,
+    "ray": {"workers": 2},
+}
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> str:
+    """A Ray head with 2 CPUs (room for 2 one-CPU workers), stopped afterwards. Ray's single-machine
+    mode makes every Ray process, the driver's included, listen on 127.0.0.1 only (so it needs
+    no token, whatever token an earlier cluster left in ~/.ray)."""
+    port = free_port()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        patch.setenv("RAY_AUTH_MODE", "disabled")
+        subprocess.run(
+            [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
+             "--include-dashboard=false", "--disable-usage-stats", "--object-store-memory=100000000"],
+            check=True, stdout=subprocess.DEVNULL,
+        )
+        try:
+            yield f"127.0.0.1:{port}"
+        finally:
+            subprocess.run([RAY, "stop", "--force"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory, model_dir) -> tuple[Path, list[dict]]:
+    """The config file and the records of its local run."""
+    folder = tmp_path_factory.mktemp("experiment")
+    path = write_config(folder, model_dir, **EXPERIMENT)
+    run_experiment(load_config(path), folder / "local", progress=False)
+    return path, records(folder / "local")
+
+
+def assert_same_records(got: list[dict], want: list[dict]) -> None:
+    """Same examples and sequences; every number within 1e-6."""
+    assert [r["example_id"] for r in got] == [r["example_id"] for r in want]
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        for key in w:
+            assert_close(g[key], w[key], f"{w['example_id']}.{key}")
+
+
+def assert_close(got, want, where: str) -> None:
+    if isinstance(want, float) and isinstance(got, float):
+        assert got == want or math.isclose(got, want, rel_tol=0, abs_tol=1e-6), (where, got, want)
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_close(g, w, f"{where}[{i}]")
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys(), where
+        for key in want:
+            assert_close(got[key], want[key], f"{where}.{key}")
+    else:
+        assert got == want, (where, got, want)
+
+
+def worker_pids() -> list[int]:
+    """Processes of live memrisk Ray workers on this machine."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if command.startswith(b"ray::ScoringWorker"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def committed_shards(out: Path) -> int:
+    manifest = out / "manifest.json"
+    return len(json.loads(manifest.read_text())["shards"]) if manifest.exists() else 0
+
+
+def start_ray_run(path: Path, out: Path, address: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "memrisk.cli", "run", str(path), "--out", str(out), "--ray", address]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def wait_for_shards(process: subprocess.Popen, out: Path, count: int) -> None:
+    deadline = time.monotonic() + 180
+    while committed_shards(out) < count:
+        assert process.poll() is None, process.stdout.read()
+        assert time.monotonic() < deadline, "the Ray run committed nothing in 180 s"
+        time.sleep(0.02)
+
+
+def test_killed_worker_chunk_is_redone_and_records_equal_the_local_run(tmp_path, ray_cluster, experiment) -> None:
+    path, local = experiment
+    out = tmp_path / "ray"
+    process = start_ray_run(path, out, ray_cluster)
+    wait_for_shards(process, out, 2)
+    victims = worker_pids()
+    assert len(victims) == 2
+    os.kill(victims[0], signal.SIGKILL)
+    shards_at_kill = committed_shards(out)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    assert shards_at_kill < math.ceil(len(local) / 2) == committed_shards(out)
+    report = json.loads((out / RAY_RUN).read_text())
+    assert report["replaced_workers"] >= 1 and sum(report["retried_chunks"].values()) >= 1
+    assert len(report["workers"]) == 2 and all(w["device"] == "cpu" for w in report["workers"])
+    assert_same_records(records(out), local)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["examples"] == len(local)
+
+
+def test_killed_driver_resumes_locally_and_a_local_run_resumes_on_ray(tmp_path, ray_cluster, experiment, monkeypatch) -> None:
+    path, local = experiment
+    out = tmp_path / "driver-killed"
+    process = start_ray_run(path, out, ray_cluster)
+    wait_for_shards(process, out, 2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    partial = len(records(out))
+    assert 0 < partial < len(local)
+    run_experiment(load_config(path), out, progress=False)
+    assert_same_records(records(out), local)
+
+    from memrisk import runner
+
+    real, calls = runner.score_examples, []
+
+    def crash_on_third_chunk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "score_examples", crash_on_third_chunk)
+    resumed = tmp_path / "local-then-ray"
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(load_config(path), resumed, progress=False)
+    monkeypatch.setattr(runner, "score_examples", real)
+    assert len(records(resumed)) == 4
+    run_experiment_on_ray(load_config(path), resumed, address=ray_cluster, progress=False)
+    assert_same_records(records(resumed), local)
+    report = json.loads((resumed / RAY_RUN).read_text())
+    assert report["chunks"] == math.ceil((len(local) - 4) / 2) and report["replaced_workers"] == 0
+
+
+def test_worker_count_follows_the_cluster_unless_configured(tmp_path, model_dir) -> None:
+    config = load_config(write_config(tmp_path, model_dir))
+    assert worker_resources(config, {"CPU": 8.0}) == (8, 1.0, 0.0)
+    assert worker_resources(config, {"CPU": 16.0, "GPU": 4.0}) == (4, 1.0, 1.0)
+    sized = load_config(write_config(tmp_path, model_dir, ray={"workers": 2, "cpus_per_worker": 2, "gpus_per_worker": 0.5}))
+    assert worker_resources(sized, {"CPU": 4.0, "GPU": 1.0}) == (2, 2.0, 0.5)
+    with pytest.raises(MemriskError, match=r"2 workers × \(2 CPU, 0.5 GPU\) do not fit the Ray cluster \(3 CPU, 1 GPU\)"):
+        worker_resources(sized, {"CPU": 3.0, "GPU": 1.0})
+
+
+def test_placement_settings_do_not_block_a_resume(tmp_path, model_dir) -> None:
+    base = load_config(write_config(tmp_path, model_dir))
+    moved = load_config(write_config(
+        tmp_path, model_dir, ray={"workers": 3, "max_retries": 1}, shard_size=7,
+        model={"name": str(model_dir), "batch_size": "auto", "compile": True, "device_map": "auto", "threads": 1},
+    ))
+    assert base.identity() == moved.identity()
