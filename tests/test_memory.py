@@ -110,6 +110,7 @@ def test_batch_is_the_number_of_whole_rows_that_fit(tiny_model) -> None:
     assert auto_batch_size(lm, 20, 8, free_bytes=10 * row, fraction=0.5) == 5
     assert auto_batch_size(lm, 20, 8, free_bytes=row - 1) == 1
     assert auto_batch_size(lm, 20, 8, free_bytes=10**6 * row, maximum=64) == 64
+    assert auto_batch_size(lm, 20, 8, rows_per_sequence=5, free_bytes=10 * row, fraction=1.0) == 2
 
 
 def test_the_choice_is_logged(tiny_model, caplog) -> None:
@@ -118,7 +119,7 @@ def test_the_choice_is_logged(tiny_model, caplog) -> None:
     with caplog.at_level(logging.INFO, logger="memrisk.models.memory"):
         assert auto_batch_size(lm, 12, 4, free_bytes=7 * row, fraction=1.0) == 7
     assert "batch size 7 on cpu" in caplog.text
-    assert f"{row / 2**20:.2f} MiB per sequence (12 tokens, 4 scored positions" in caplog.text
+    assert f"{row / 2**20:.2f} MiB per sequence (1 rows of 12 tokens, 4 scored positions" in caplog.text
 
 
 @pytest.mark.parametrize(

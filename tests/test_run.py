@@ -292,3 +292,28 @@ def test_threads_setting_pins_the_cpu_threads(tmp_path, model_dir) -> None:
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_auto_batch_size_fits_free_memory_and_keeps_the_records(tmp_path, model_dir, monkeypatch) -> None:
+    import dataclasses
+
+    from memrisk.models import memory
+    from memrisk.runner import fitting_batch_size, load_run_model
+
+    fixed = load_config(write_config(tmp_path, model_dir, methods=["probabilistic", "greedy", "cbs"]))
+    auto = load_config(write_config(
+        tmp_path, model_dir, methods=["probabilistic", "greedy", "cbs"], model={"name": str(model_dir), "batch_size": "auto"},
+    ))
+    lm = load_run_model(fixed)
+    shape = dataclasses.asdict(memory.model_shape(lm))
+    teacher_row = memory.sequence_bytes(**shape, sequence_length=12, scored_positions=6)
+    beam_row = memory.sequence_bytes(**shape, sequence_length=12, scored_positions=1)
+    free = 3 * 20 * beam_row
+    monkeypatch.setattr(memory, "free_memory_bytes", lambda device: free)
+    expected = min(int(0.8 * free) // teacher_row, int(0.8 * free) // (20 * beam_row))
+    assert fitting_batch_size(auto, lm) == expected == 2
+    run_experiment(fixed, tmp_path / "fixed", progress=False)
+    run_experiment(auto, tmp_path / "auto", progress=False)
+    got, want = records(tmp_path / "auto"), records(tmp_path / "fixed")
+    assert [r["greedy_ids"] for r in got] == [r["greedy_ids"] for r in want]
+    assert max(abs(a["log_p.full"] - b["log_p.full"]) for a, b in zip(got, want)) < 1e-5

@@ -274,10 +274,18 @@ def load_run_model(config: ExperimentConfig) -> LanguageModel:
         device_map=m.device_map,
     )
     if m.batch_size == "auto":
-        w = config.windows
-        longest = max(w.prefix_length, config.prior_aware.prefix_length or 0) + w.suffix_length + 1
-        lm.batch_size = auto_batch_size(lm, sequence_length=longest, scored_positions=w.suffix_length + 1)
+        lm.batch_size = fitting_batch_size(config, lm)
     return lm
+
+
+def fitting_batch_size(config: ExperimentConfig, lm: LanguageModel) -> int:
+    """The largest batch every configured method fits in free memory (CBS holds a beam of rows per sequence)."""
+    w = config.windows
+    longest = max(w.prefix_length, config.prior_aware.prefix_length or 0) + w.suffix_length + 1
+    size = auto_batch_size(lm, sequence_length=longest, scored_positions=w.suffix_length + 1)
+    if "cbs" in config.methods:
+        size = min(size, auto_batch_size(lm, sequence_length=longest, scored_positions=1, rows_per_sequence=config.cbs.beam_width))
+    return size
 
 
 def plan_run(config: ExperimentConfig, lm: LanguageModel, documents: dict[str, list[Document]]) -> Plan:

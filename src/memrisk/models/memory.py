@@ -121,14 +121,16 @@ def auto_batch_size(
     sequence_length: int,
     scored_positions: int,
     *,
+    rows_per_sequence: int = 1,
     free_bytes: int | None = None,
     fraction: float = 0.8,
     maximum: int = 512,
 ) -> int:
-    """The largest batch whose rows fit in `fraction` of the free memory, within [1, `maximum`].
+    """The largest batch whose sequences fit in `fraction` of the free memory, within [1, `maximum`].
 
     `sequence_length` is the longest prefix + suffix in tokens; `scored_positions` the
-    full-vocabulary logit rows each sequence has at once (the suffix length when teacher forcing).
+    full-vocabulary logit rows each batch row has at once (the suffix length when teacher
+    forcing, 1 when decoding); `rows_per_sequence` the batch rows of one sequence (CBS: the beam width).
     Free memory is measured on `lm.device` (with a device map: where the first layers live) unless
     `free_bytes` is given. A batch that still does not fit is caught by `halving_on_oom`.
     """
@@ -138,19 +140,20 @@ def auto_batch_size(
         )
     if not 0.0 < fraction <= 1.0:
         raise MemriskError(f"fraction must be in (0, 1], got {fraction}")
-    if maximum < 1:
-        raise MemriskError(f"maximum must be >= 1, got {maximum}")
+    if maximum < 1 or rows_per_sequence < 1:
+        raise MemriskError(f"maximum and rows_per_sequence must be >= 1, got {maximum} and {rows_per_sequence}")
     if free_bytes is None:
         free_bytes = free_memory_bytes(lm.device)
     elif free_bytes < 0:
         raise MemriskError(f"free_bytes must be >= 0, got {free_bytes}")
-    per_row = sequence_bytes(
+    per_sequence = rows_per_sequence * sequence_bytes(
         **dataclasses.asdict(model_shape(lm)), sequence_length=sequence_length, scored_positions=scored_positions
     )
-    size = max(1, min(maximum, int(free_bytes * fraction) // per_row))
+    size = max(1, min(maximum, int(free_bytes * fraction) // per_sequence))
     log.info(
-        "batch size %d on %s: %.1f MiB free x %.2f / %.2f MiB per sequence (%d tokens, %d scored positions, at most %d)",
-        size, lm.device, free_bytes / 2**20, fraction, per_row / 2**20, sequence_length, scored_positions, maximum,
+        "batch size %d on %s: %.1f MiB free x %.2f / %.2f MiB per sequence (%d rows of %d tokens, %d scored positions; at most %d)",
+        size, lm.device, free_bytes / 2**20, fraction, per_sequence / 2**20, rows_per_sequence, sequence_length,
+        scored_positions, maximum,
     )
     return size
 
