@@ -67,16 +67,6 @@ def test_a_compiler_failure_is_one_clear_error(monkeypatch, tiny_model) -> None:
         memrisk.verbatim_scores(lm, [[1, 2]], [[3, 4]], DecodingPolicy())
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """conftest's word model saved as a transformers folder."""
-    folder = tmp_path_factory.mktemp("model")
-    lm = word_lm()
-    lm.model.save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.parametrize("device_map", ["cpu", "auto"])
 def test_device_map_load_scores_like_a_plain_load(model_dir, device_map) -> None:
     if device_map == "auto" and torch.cuda.is_available():

@@ -129,7 +129,8 @@ def test_the_choice_is_logged(tiny_model, caplog) -> None:
         ({"scored_positions": -1}, "scored_positions >= 0"),
         ({"fraction": 0.0}, r"fraction must be in \(0, 1\]"),
         ({"fraction": 1.5}, r"fraction must be in \(0, 1\]"),
-        ({"maximum": 0}, "maximum must be >= 1"),
+        ({"maximum": 0}, "maximum and rows_per_sequence must be >= 1, got 0 and 1"),
+        ({"rows_per_sequence": 0}, "maximum and rows_per_sequence must be >= 1, got 512 and 0"),
         ({"free_bytes": -1}, "free_bytes must be >= 0"),
     ],
 )

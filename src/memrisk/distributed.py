@@ -9,11 +9,13 @@ lost or written twice, and a run can be resumed by a local or a Ray invocation a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +81,7 @@ class ScoringWorker:
     def score(self, chunk: Sequence[Example], prior: PriorSetup | None) -> list[dict[str, Any]]:
         """Records of one chunk (the batch is halved on out-of-memory, as locally)."""
         lm = self._model()
-        return halving_on_oom(lm, lambda: score_examples(self.config, lm, chunk, prior))
+        return halving_on_oom(lm, partial(score_examples, self.config, lm, chunk, prior))
 
 
 @dataclass
@@ -104,7 +106,31 @@ class WorkerPool:
         quiet = {"env_vars": {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}}
         self.remote_class = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0, runtime_env=quiet)(ScoringWorker)
         self.actors = [self.remote_class.remote(config) for _ in range(count)]
-        report.workers = self._get([actor.describe.remote() for actor in self.actors], "starting the workers")
+        report.workers = self._started()
+
+    def _started(self) -> list[dict[str, Any]]:
+        """Wait until every worker has loaded its model (all load at once)."""
+        calls = [actor.describe.remote() for actor in self.actors]
+        return [self._result(index, call, "describe", what="loading the model") for index, call in enumerate(calls)]
+
+    def _result(self, index: int, call: Any, method: str, *args: Any, what: str) -> Any:
+        """The result of `call`, a call of `method(*args)` on worker `index`; when the worker dies it
+        is replaced and the call repeated, at most `ray.max_retries` times."""
+        deaths = 0
+        while True:
+            try:
+                return self._get(call, what)
+            except self.ray.exceptions.RayActorError as exc:
+                deaths += 1
+                if deaths > self.config.ray.max_retries:
+                    raise MemriskError(f"{what} failed: {deaths} workers died in turn ({_first_line(exc)})") from None
+                log.warning("a worker died while %s (%s); a fresh one takes over", what, _first_line(exc))
+                call = getattr(self.replace(self.actors[index]), method).remote(*args)
+
+    def close(self) -> None:
+        """Stop every worker (their models leave the cluster's memory now, not at garbage collection)."""
+        for actor in self.actors:
+            self.ray.kill(actor, no_restart=True)
 
     def replace(self, actor: Any) -> Any:
         """A fresh worker in place of a dead one."""
@@ -116,16 +142,7 @@ class WorkerPool:
 
     def plan(self, documents: dict[str, list[Document]]) -> Plan:
         """Plan the run on the first worker (another one if it dies)."""
-        for attempt in range(self.config.ray.max_retries + 1):
-            actor = self.actors[0]
-            try:
-                return self._get(actor.plan.remote(documents), "planning the run")
-            except self.ray.exceptions.RayActorError as exc:
-                if attempt == self.config.ray.max_retries:
-                    raise MemriskError(f"planning failed: every worker that tried died ({_first_line(exc)})") from None
-                log.warning("worker died while planning (%s); a fresh one takes over", _first_line(exc))
-                self.replace(actor)
-        raise AssertionError("unreachable")
+        return self._result(0, self.actors[0].plan.remote(documents), "plan", documents, what="planning the run")
 
     def score(self, todo: list[Sequence[Example]], prior: PriorSetup | None, commit: Callable[[list[dict[str, Any]]], None], bar: tqdm) -> None:
         """Score every chunk; commit their records in chunk order; redo the chunks of dead workers."""
@@ -198,13 +215,17 @@ def run_experiment_on_ray(
 
     `address` is a running cluster (`HOST:PORT`, `ray://HOST:PORT` or `auto`); without one,
     `RAY_ADDRESS` or a cluster started on this machine is used, else a local one is started.
+    A process already connected (`ray.init` called by the caller) keeps its connection.
     """
     ray = _import_ray()
-    ray.init(address=address, logging_level=logging.WARNING, configure_logging=False)
+    connected_here = not ray.is_initialized()
+    if connected_here:
+        ray.init(address=address, logging_level=logging.WARNING, configure_logging=False)
+    pool = None
     try:
         documents = load_documents(config)
         count, cpus, gpus = worker_resources(config, ray.cluster_resources())
-        report = PoolReport(address or os.environ.get("RAY_ADDRESS", "local"), ray.__version__, cpus, gpus)
+        report = PoolReport(ray.get_runtime_context().gcs_address, ray.__version__, cpus, gpus)
         pool = WorkerPool(ray, config, count, cpus, gpus, report)
         plan = pool.plan(documents)
         store = open_run_store(config, out_dir, plan, force=force)
@@ -216,7 +237,10 @@ def run_experiment_on_ray(
         )
         pool.score(todo, plan.prior, store.append, bar)
         bar.close()
-        store.write_json(RAY_RUN, report.__dict__)
+        store.write_json(RAY_RUN, dataclasses.asdict(report))
         return finish_run(config, plan, store)
     finally:
-        ray.shutdown()
+        if pool is not None:
+            pool.close()
+        if connected_here:
+            ray.shutdown()
