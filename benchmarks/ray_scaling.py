@@ -58,29 +58,27 @@ def rows(out: Path) -> list[dict]:
                   key=lambda r: r["example_id"])
 
 
-def largest_difference(first: list[dict], second: list[dict]) -> float:
-    """The largest absolute difference of any finite number in two runs' records (inf: they differ otherwise)."""
-    worst = 0.0
+def differences(first: list[dict], second: list[dict]) -> tuple[float, list[str]]:
+    """The largest absolute difference of any finite float in two runs' records, and where any
+    other value (a token, a rank, an id) differs."""
+    worst, elsewhere = 0.0, []
 
-    def walk(a: object, b: object) -> None:
+    def walk(a: object, b: object, where: str) -> None:
         nonlocal worst
         if isinstance(a, float) and isinstance(b, float):
-            if math.isfinite(a) or math.isfinite(b):
-                worst = max(worst, abs(a - b)) if a != b else worst
+            if a != b and (math.isfinite(a) or math.isfinite(b)):
+                worst = max(worst, abs(a - b))
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-            for x, y in zip(a, b):
-                walk(x, y)
+            for i, (x, y) in enumerate(zip(a, b)):
+                walk(x, y, f"{where}[{i}]")
         elif isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
             for key in a:
-                walk(a[key], b[key])
+                walk(a[key], b[key], f"{where}.{key}")
         elif a != b:
-            worst = math.inf
+            elsewhere.append(f"{where}: {a!r} vs {b!r}")
 
-    if [r["example_id"] for r in first] != [r["example_id"] for r in second]:
-        return math.inf
-    for a, b in zip(first, second):
-        walk(a, b)
-    return worst
+    walk(first, second, "records")
+    return worst, elsewhere
 
 
 def main() -> None:
@@ -108,9 +106,11 @@ def main() -> None:
     print(f"  local / ray          {times['local'] / times['ray']:.2f}x")
     print(f"  local 1 thread / ray {times['local, 1 thread'] / times['ray']:.2f}x")
     ray_rows = rows(folder / "ray")
-    print(f"  max |difference| of record numbers: ray vs local 1 thread {largest_difference(ray_rows, rows(folder / 'local-1t')):.3g}, "
-          f"ray vs local {largest_difference(ray_rows, rows(folder / 'local')):.3g}")
-
+    for name in ("local-1t", "local"):
+        worst, elsewhere = differences(ray_rows, rows(folder / name))
+        print(f"  ray vs {name:8s}: max |float difference| {worst:.3g}; other values differing: {len(elsewhere)}")
+        for line in elsewhere[:10]:
+            print(f"    {line}")
 
 if __name__ == "__main__":
     main()

@@ -196,3 +196,19 @@ def test_placement_settings_do_not_block_a_resume(tmp_path, model_dir) -> None:
         model={"name": str(model_dir), "batch_size": "auto", "compile": True, "device_map": "auto", "threads": 1},
     ))
     assert base.identity() == moved.identity()
+
+
+def test_bad_model_fails_with_one_error_and_writes_nothing(tmp_path, ray_cluster, model_dir) -> None:
+    path = write_config(tmp_path, model_dir, model={"name": str(tmp_path / "no-such-model")}, ray={"workers": 1, "max_retries": 0})
+    command = [sys.executable, "-m", "memrisk.cli", "run", str(path), "--out", str(tmp_path / "out"), "--ray", ray_cluster]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert finished.returncode == 2
+    assert f"memrisk: error: could not load model '{tmp_path / 'no-such-model'}'" in finished.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_ray_is_one_clear_error(tmp_path, model_dir, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MemriskError, match=r"--ray needs Ray: pip install 'memrisk\[ray\]'"):
+        run_experiment_on_ray(load_config(write_config(tmp_path, model_dir)), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -9,12 +9,11 @@ lost or written twice, and a run can be resumed by a local or a Ray invocation a
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -237,7 +236,7 @@ def run_experiment_on_ray(
         )
         pool.score(todo, plan.prior, store.append, bar)
         bar.close()
-        store.write_json(RAY_RUN, dataclasses.asdict(report))
+        store.write_json(RAY_RUN, asdict(report))
         return finish_run(config, plan, store)
     finally:
         if pool is not None:
