@@ -28,6 +28,7 @@ import memrisk.config as config_module
 import memrisk.extraction.cbs as cbs_module
 from memrisk import DecodingPolicy
 from memrisk.data import Document, make_windows
+from memrisk.models.throughput import device_peak_flops, utilization_line
 
 TOP_K = DecodingPolicy(top_k=40)
 LOG_P_TOLERANCE = 1e-4
@@ -118,6 +119,9 @@ def smollm2_section(count: int) -> None:
     print(f"  Levenshtein bookkeeping: {band_s:.2f} s of {pruned_s:.2f} s = {band_s / pruned_s:.1%} (target <= 10%)")
     evals = np.mean([r.token_evals for r in baseline])
     print(f"  token evaluations per sequence: {evals:.0f} (limit a + (T-1)B = {50 + 49 * 20})")
+    parameters = sum(p.numel() for p in lm.model.parameters())
+    total = sum(r.token_evals for r in baseline)
+    print("  k-CBS " + utilization_line(total, parameters, baseline_s, device_peak_flops(lm.device)))
 
 
 def demo_windows(lm: memrisk.LanguageModel, corpus: Any) -> tuple[list[Any], list[int], list[Any]]:
