@@ -20,7 +20,7 @@ from memrisk.config import load_config
 from memrisk.distributed import RAY_RUN, run_experiment_on_ray, worker_resources
 from memrisk.errors import MemriskError
 from memrisk.runner import run_experiment
-from tests.test_run import records, write_config
+from tests.test_run import interrupted_run, records, write_config
 
 pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).parent / "ray")
@@ -157,21 +157,8 @@ def test_killed_driver_resumes_locally_and_a_local_run_resumes_on_ray(tmp_path, 
     run_experiment(load_config(path), out, progress=False)
     assert_same_records(records(out), local)
 
-    from memrisk import runner
-
-    real, calls = runner.score_examples, []
-
-    def crash_on_third_chunk(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(runner, "score_examples", crash_on_third_chunk)
     resumed = tmp_path / "local-then-ray"
-    with pytest.raises(KeyboardInterrupt):
-        run_experiment(load_config(path), resumed, progress=False)
-    monkeypatch.setattr(runner, "score_examples", real)
+    interrupted_run(load_config(path), resumed, monkeypatch, chunks=2)
     assert len(records(resumed)) == 4
     run_experiment_on_ray(load_config(path), resumed, address=ray_cluster, progress=False)
     assert_same_records(records(resumed), local)

@@ -68,25 +68,30 @@ def test_run_writes_records_summary_config_and_versions(tmp_path, model_dir) -> 
     assert versions["model"]["architecture"] == "GPT2LMHeadModel" and "torch" in versions
 
 
-def test_resume_after_crash_has_no_lost_or_duplicated_records(tmp_path, model_dir, monkeypatch) -> None:
-    config = load_config(write_config(tmp_path, model_dir))
-    run_experiment(config, tmp_path / "clean", progress=False)
-    import memrisk.runner as runner
+def interrupted_run(config, out: Path, monkeypatch, chunks: int) -> None:
+    """A local run interrupted (as by Ctrl-C) while scoring chunk `chunks` + 1."""
+    from memrisk import runner
 
     real, calls = runner.score_examples, []
 
-    def crash_on_third_chunk(*args, **kwargs):
+    def crash_after(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) > chunks:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "score_examples", crash_on_third_chunk)
-    with pytest.raises(KeyboardInterrupt):
-        run_experiment(config, tmp_path / "resumed", progress=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(runner, "score_examples", crash_after)
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(config, out, progress=False)
+
+
+def test_resume_after_crash_has_no_lost_or_duplicated_records(tmp_path, model_dir, monkeypatch) -> None:
+    config = load_config(write_config(tmp_path, model_dir))
+    run_experiment(config, tmp_path / "clean", progress=False)
+    interrupted_run(config, tmp_path / "resumed", monkeypatch, chunks=2)
     assert len(records(tmp_path / "resumed")) == 8
     (tmp_path / "resumed" / "records" / "part-00009.parquet").write_bytes(b"half-written shard")
-    monkeypatch.setattr(runner, "score_examples", real)
     run_experiment(config, tmp_path / "resumed", progress=False)
     assert records(tmp_path / "resumed") == records(tmp_path / "clean")
     assert not (tmp_path / "resumed" / "records" / "part-00009.parquet").exists()
