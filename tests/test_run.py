@@ -156,6 +156,8 @@ BAD_INPUTS = [
     ({"datasets": [{"name": "e", "path": "empty.txt"}]}, b"\xff\xfe caf\xe9", "not valid UTF-8"),
     ({"tau_min": 0}, None, "tau_min"),
     ({"methods": ["telepathy"]}, None, "methods"),
+    ({"model": {"name": "smollm2", "batch_size": "big"}}, None, "batch_size must be a positive integer or 'auto', got 'big'"),
+    ({"ray": {"workers": 0}}, None, "ray.workers: Input should be greater than or equal to 1"),
 ]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -29,11 +29,18 @@ class ModelConfig(_Strict):
     dtype: Literal["auto", "float32", "bfloat16", "float16", "float64"] = "auto"
     device: str = "auto"
     gguf_file: str | None = None
-    batch_size: Annotated[int, Field(ge=1)] | Literal["auto"] = 8
+    batch_size: int | Literal["auto"] = 8
     attention: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
     compile: bool = False
     device_map: str | None = None
     threads: int | None = Field(None, ge=1)
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _positive_or_auto(cls, value: Any) -> Any:
+        if value == "auto" or (type(value) is int and value >= 1):
+            return value
+        raise ValueError(f"batch_size must be a positive integer or 'auto', got {value!r}")
 
 
 class DatasetConfig(_Strict):
