@@ -1,6 +1,6 @@
-"""`memrisk run --ray` on a real local Ray cluster (127.0.0.1, 2 CPU workers): a killed worker's
-chunk is redone, a killed driver's run resumes locally, a local run resumes on Ray, and every
-record equals the local run's."""
+"""`memrisk run --ray` on a real local Ray cluster (127.0.0.1, 2 CPU workers), teacher forcing +
+greedy + CBS + prior-aware on a tiny model: a killed worker's chunk is redone, a killed driver's
+run resumes locally, a local run resumes on Ray, and every record equals the local run's."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ from tests.test_run import interrupted_run, records, write_config
 pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).parent / "ray")
 EXPERIMENT = {
-    "methods": ["probabilistic", "greedy", "cbs"],
+    "methods": ["probabilistic", "greedy", "cbs", "prior_aware"],
     "cbs": {"beam_width": 4, "epsilon": 2, "max_children": 8},
+    "prior_aware": {"prefixes_per_trial": 6, "trials": 2, "m": 1e-3, "generic_sequences": ["the quick brown fox jumps over the lazy dog"]},
     "windows": {"mode": "book", "prefix_length": 6, "suffix_length": 5, "stride": 20},
     "shard_size": 2,
     "ray": {"workers": 2},
@@ -141,8 +142,9 @@ def test_killed_worker_chunk_is_redone_and_records_equal_the_local_run(tmp_path,
     assert report["replaced_workers"] >= 1 and sum(report["retried_chunks"].values()) >= 1
     assert len(report["workers"]) == 2 and all(w["device"] == "cpu" for w in report["workers"])
     assert_same_records(records(out), local)
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["examples"] == len(local)
+    local_folder = path.parent / "local"
+    for name in ("summary.json", "prior_aware.json", "windows.json"):
+        assert_close(json.loads((out / name).read_text()), json.loads((local_folder / name).read_text()), name)
 
 
 def test_killed_driver_resumes_locally_and_a_local_run_resumes_on_ray(tmp_path, ray_cluster, experiment, monkeypatch) -> None:
