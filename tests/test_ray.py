@@ -141,6 +141,8 @@ def test_killed_worker_chunk_is_redone_and_records_equal_the_local_run(tmp_path,
     report = json.loads((out / RAY_RUN).read_text())
     assert report["replaced_workers"] >= 1 and sum(report["retried_chunks"].values()) >= 1
     assert len(report["workers"]) == 2 and all(w["device"] == "cpu" for w in report["workers"])
+    assert victims[0] in [w["pid"] for w in report["workers"]]
+    assert [w["pid"] for w in report["replacements"]] and not set(victims) & {w["pid"] for w in report["replacements"]}
     assert_same_records(records(out), local)
     local_folder = path.parent / "local"
     for name in ("summary.json", "prior_aware.json", "windows.json"):

@@ -92,6 +92,7 @@ class PoolReport:
     cpus_per_worker: float
     gpus_per_worker: float
     workers: list[dict[str, Any]] = field(default_factory=list)
+    replacements: list[dict[str, Any]] = field(default_factory=list)
     replaced_workers: int = 0
     retried_chunks: dict[int, int] = field(default_factory=dict)
     chunks: int = 0
@@ -105,6 +106,7 @@ class WorkerPool:
         quiet = {"env_vars": {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}}
         self.remote_class = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0, runtime_env=quiet)(ScoringWorker)
         self.actors = [self.remote_class.remote(config) for _ in range(count)]
+        self.replacement_calls: list[Any] = []
         report.workers = self._started()
 
     def _started(self) -> list[dict[str, Any]]:
@@ -136,8 +138,17 @@ class WorkerPool:
         self.ray.kill(actor, no_restart=True)
         fresh = self.remote_class.remote(self.config)
         self.actors[self.actors.index(actor)] = fresh
+        self.replacement_calls.append(fresh.describe.remote())
         self.report.replaced_workers += 1
         return fresh
+
+    def describe_replacements(self) -> None:
+        """Add where each replacement worker ran to the report (those that died in turn are left out)."""
+        for call in self.replacement_calls:
+            try:
+                self.report.replacements.append(self.ray.get(call))
+            except self.ray.exceptions.RayActorError:
+                continue
 
     def plan(self, documents: dict[str, list[Document]]) -> Plan:
         """Plan the run on the first worker (another one if it dies)."""
@@ -236,6 +247,7 @@ def run_experiment_on_ray(
         )
         pool.score(todo, plan.prior, store.append, bar)
         bar.close()
+        pool.describe_replacements()
         store.write_json(RAY_RUN, asdict(report))
         return finish_run(config, plan, store)
     finally:
