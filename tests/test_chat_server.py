@@ -211,3 +211,13 @@ def test_cached_tokens_follow_the_shared_prefix(lm, server, client):
 
 def test_models_endpoint(client):
     assert [m.id for m in client.models.list()] == ["smollm2"]
+
+
+def test_openai_provider_leaves_out_an_unset_temperature(lm, server, monkeypatch):
+    from memrisk.books.providers import GenerationSettings, OpenAIProvider
+
+    monkeypatch.setenv("MEMRISK_TEST_OPENAI_KEY", "test-key")
+    provider = OpenAIProvider("smollm2-test", base_url=server.base_url, api_key_env="MEMRISK_TEST_OPENAI_KEY", timeout_s=60)
+    response = provider.complete(QUESTION, GenerationSettings(temperature=None, max_tokens=12))
+    assert server.requests == [{"model": "smollm2-test", "messages": QUESTION, "max_tokens": 12}]
+    assert response.text == direct_greedy(lm, QUESTION, 12)[0]

@@ -189,6 +189,16 @@ def test_anthropic_request_and_response(api: FakeAPI) -> None:
     assert request.body["messages"] == CONVERSATION
 
 
+def test_temperature_none_is_not_sent(api: FakeAPI) -> None:
+    api.queue(message("it was", input_tokens=3, output_tokens=2))
+    anthropic(api).complete(CONVERSATION, GenerationSettings(temperature=None, max_tokens=8))
+    api.queue(Reply(body={"candidates": [{"content": {"parts": [{"text": "it was"}], "role": "model"}, "finishReason": "STOP"}]}))
+    gemini(api).complete(CONVERSATION, GenerationSettings(temperature=None, max_tokens=8))
+    anthropic_request, gemini_request = api.requests
+    assert "temperature" not in anthropic_request.body and anthropic_request.body["max_tokens"] == 8
+    assert "temperature" not in gemini_request.body["generationConfig"] and gemini_request.body["generationConfig"]["maxOutputTokens"] == 8
+
+
 def test_anthropic_candidates_are_separate_requests_with_summed_usage(api: FakeAPI) -> None:
     api.queue(
         message("first", input_tokens=10, output_tokens=3),

@@ -48,7 +48,7 @@ class ChatModelConfig(_Strict):
     base_url: str | None = None
     api_key_env: str | None = None
     timeout_s: float = Field(120.0, gt=0)
-    temperature: float = Field(0.0, ge=0)
+    temperature: float | None = Field(0.0, ge=0)
     max_tokens: int | None = Field(None, ge=1)
     frequency_penalty: float | None = None
     presence_penalty: float | None = None

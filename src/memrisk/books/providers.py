@@ -24,9 +24,10 @@ ErrorKind = Literal["rate_limit", "timeout", "server", "client"]
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """Per-request generation settings (Books App. C.2.1 defaults: temperature 0)."""
+    """Per-request generation settings (Books App. C.2.1 defaults: temperature 0; None: not sent,
+    the model's own default, for models that refuse the parameter)."""
 
-    temperature: float = 0.0
+    temperature: float | None = 0.0
     max_tokens: int = 500
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
@@ -129,10 +130,10 @@ class OpenAIProvider:
 
     def complete(self, messages: list[dict[str, str]], settings: GenerationSettings) -> ChatResponse:
         """One chat-completions request with `settings.candidates` choices."""
-        options: dict[str, Any] = {"temperature": settings.temperature, "max_tokens": settings.max_tokens}
+        options: dict[str, Any] = {"max_tokens": settings.max_tokens}
         if settings.candidates > 1:
             options["n"] = settings.candidates
-        for name in ("frequency_penalty", "presence_penalty"):
+        for name in ("temperature", "frequency_penalty", "presence_penalty"):
             if getattr(settings, name) is not None:
                 options[name] = getattr(settings, name)
         with _sdk_errors(self._openai):
@@ -176,7 +177,7 @@ class AnthropicProvider:
             with _sdk_errors(self._anthropic):
                 message = self._client.messages.create(  # anthropic >= 1.0 takes temperature only as extra_body
                     model=self.model, messages=messages, max_tokens=settings.max_tokens,
-                    extra_body={"temperature": settings.temperature},
+                    extra_body={} if settings.temperature is None else {"temperature": settings.temperature},
                 )
             texts.append("".join(getattr(block, "text", "") for block in message.content))
             reasons.append(str(message.stop_reason))
