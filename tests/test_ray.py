@@ -174,6 +174,8 @@ def test_worker_count_follows_the_cluster_unless_configured(tmp_path, model_dir)
     config = load_config(write_config(tmp_path, model_dir))
     assert worker_resources(config, {"CPU": 8.0}) == (8, 1.0, 0.0)
     assert worker_resources(config, {"CPU": 16.0, "GPU": 4.0}) == (4, 1.0, 1.0)
+    on_cpu = load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "device": "cpu"}))
+    assert worker_resources(on_cpu, {"CPU": 16.0, "GPU": 4.0}) == (16, 1.0, 0.0)
     sized = load_config(write_config(tmp_path, model_dir, ray={"workers": 2, "cpus_per_worker": 2, "gpus_per_worker": 0.5}))
     assert worker_resources(sized, {"CPU": 4.0, "GPU": 1.0}) == (2, 2.0, 0.5)
     with pytest.raises(MemriskError, match=r"2 workers × \(2 CPU, 0.5 GPU\) do not fit the Ray cluster \(3 CPU, 1 GPU\)"):

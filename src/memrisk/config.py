@@ -141,7 +141,7 @@ class RayConfig(_Strict):
     """How `memrisk run --ray` spreads a run over a Ray cluster (placement only: results do not change).
 
     `workers` defaults to as many replicas as the cluster's CPUs (or GPUs) hold; `gpus_per_worker`
-    defaults to 1 on a cluster with GPUs, else 0. A chunk whose worker dies is redone on a fresh
+    defaults to 1 on a cluster with GPUs (unless `model.device` is the CPU), else 0. A chunk whose worker dies is redone on a fresh
     worker up to `max_retries` times.
     """
 

@@ -204,9 +204,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def worker_resources(config: ExperimentConfig, cluster: dict[str, float]) -> tuple[int, float, float]:
-    """Number of workers and CPUs / GPUs each: as configured, else as many as the cluster holds."""
+    """Number of workers and CPUs / GPUs each: as configured, else as many as the cluster holds
+    (one GPU each on a GPU cluster, unless the model is placed on the CPU)."""
     r = config.ray
-    gpus = r.gpus_per_worker if r.gpus_per_worker is not None else (1.0 if cluster.get("GPU", 0) >= 1 else 0.0)
+    wants_gpu = cluster.get("GPU", 0) >= 1 and not config.model.device.startswith("cpu")
+    gpus = r.gpus_per_worker if r.gpus_per_worker is not None else (1.0 if wants_gpu else 0.0)
     cpus, have_cpus, have_gpus = r.cpus_per_worker, cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
     fits = int(have_gpus // gpus) if gpus else int(have_cpus // cpus)
     count = r.workers or max(1, fits)
