@@ -14,7 +14,6 @@ import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,7 @@ from tqdm.auto import tqdm
 
 from memrisk.config import ExperimentConfig
 from memrisk.data.sources import Document
-from memrisk.errors import MemriskError
-from memrisk.models.memory import halving_on_oom
+from memrisk.errors import MemriskError, first_line
 from memrisk.runner import (
     Example,
     Plan,
@@ -34,7 +32,7 @@ from memrisk.runner import (
     open_run_store,
     pending_chunks,
     plan_run,
-    score_examples,
+    score_chunk,
 )
 
 log = logging.getLogger(__name__)
@@ -79,8 +77,7 @@ class ScoringWorker:
 
     def score(self, chunk: Sequence[Example], prior: PriorSetup | None) -> list[dict[str, Any]]:
         """Records of one chunk (the batch is halved on out-of-memory, as locally)."""
-        lm = self._model()
-        return halving_on_oom(lm, partial(score_examples, self.config, lm, chunk, prior))
+        return score_chunk(self.config, self._model(), chunk, prior)
 
 
 @dataclass
@@ -124,8 +121,8 @@ class WorkerPool:
             except self.ray.exceptions.RayActorError as exc:
                 deaths += 1
                 if deaths > self.config.ray.max_retries:
-                    raise MemriskError(f"{what} failed: {deaths} workers died in turn ({_first_line(exc)})") from None
-                log.warning("a worker died while %s (%s); a fresh one takes over", what, _first_line(exc))
+                    raise MemriskError(f"{what} failed: {deaths} workers died in turn ({first_line(exc)})") from None
+                log.warning("a worker died while %s (%s); a fresh one takes over", what, first_line(exc))
                 call = getattr(self.replace(self.actors[index]), method).remote(*args)
 
     def close(self) -> None:
@@ -175,9 +172,9 @@ class WorkerPool:
             except ray.exceptions.RayActorError as exc:
                 retries = self.report.retried_chunks.get(index, 0) + 1
                 if retries > self.config.ray.max_retries:
-                    raise MemriskError(f"chunk {index} failed {retries} times, its workers died ({_first_line(exc)})") from None
+                    raise MemriskError(f"chunk {index} failed {retries} times, its workers died ({first_line(exc)})") from None
                 self.report.retried_chunks[index] = retries
-                log.warning("worker died on chunk %d (%s); redoing it on a fresh worker", index, _first_line(exc))
+                log.warning("worker died on chunk %d (%s); redoing it on a fresh worker", index, first_line(exc))
                 queue.appendleft(index)
                 idle.append(self.replace(actor))
                 bar.set_postfix(workers=len(self.actors), retried=sum(self.report.retried_chunks.values()))
@@ -195,12 +192,7 @@ class WorkerPool:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, MemriskError):
                 raise MemriskError(str(cause)) from None
-            raise MemriskError(f"{what} failed on a worker: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message."""
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise MemriskError(f"{what} failed on a worker: {first_line(exc)}") from exc
 
 
 def worker_resources(config: ExperimentConfig, cluster: dict[str, float]) -> tuple[int, float, float]:

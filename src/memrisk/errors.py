@@ -3,3 +3,8 @@
 
 class MemriskError(ValueError):
     """Bad input or configuration; the message names the problem."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (its type name when it has none), for one-line errors."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)

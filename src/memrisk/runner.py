@@ -5,7 +5,6 @@ from __future__ import annotations
 import platform
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +310,11 @@ def pending_chunks(config: ExperimentConfig, plan: Plan, store: RecordStore) -> 
     return list(chunks([e for e in plan.examples if e.example_id not in done], config.shard_size))
 
 
+def score_chunk(config: ExperimentConfig, lm: LanguageModel, chunk: Sequence[Example], prior: PriorSetup | None) -> list[dict[str, Any]]:
+    """Records of one chunk; on out-of-memory the batch is halved and the chunk redone."""
+    return halving_on_oom(lm, lambda: score_examples(config, lm, chunk, prior))
+
+
 def finish_run(config: ExperimentConfig, plan: Plan, store: RecordStore) -> dict[str, Any]:
     """Summarize the stored records into `summary.json` and return the summary."""
     summary = summarize(store.read_records(), config, plan.window_info)
@@ -340,7 +344,7 @@ def run_experiment(
     remaining = sum(len(chunk) for chunk in todo)
     bar = tqdm(total=len(plan.examples), initial=len(plan.examples) - remaining, desc="examples", unit="ex", disable=not progress)
     for chunk in todo:
-        store.append(halving_on_oom(lm, partial(score_examples, config, lm, chunk, plan.prior)))
+        store.append(score_chunk(config, lm, chunk, plan.prior))
         bar.update(len(chunk))
     bar.close()
     return finish_run(config, plan, store)

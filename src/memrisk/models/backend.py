@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from memrisk.errors import MemriskError
+from memrisk.errors import MemriskError, first_line
 from memrisk.models import kvcache
 
 SMOLLM2_ALIAS = "smollm2"
@@ -221,9 +221,8 @@ class LanguageModel:
             return self._compiled(**inputs)
         except BackendCompilerFailed as exc:
             cause = getattr(exc, "inner_exception", None) or exc
-            reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
             raise MemriskError(
-                f"torch.compile could not compile {self.name}: {type(cause).__name__}: {reason}; load it without compile"
+                f"torch.compile could not compile {self.name}: {type(cause).__name__}: {first_line(cause)}; load it without compile"
             ) from exc
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, keep: int | None = None, **kwargs: Any) -> Any:
@@ -418,8 +417,7 @@ def load_model(
             options.pop("attn_implementation", None)
             tokenizer = AutoTokenizer.from_pretrained(source, **options)
     except Exception as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise MemriskError(f"could not load model {name!r}: {first_line}") from exc
+        raise MemriskError(f"could not load model {name!r}: {first_line(exc)}") from exc
     lm = LanguageModel(loaded, tokenizer, batch_size=batch_size, name=name, revision=revision)
     if compile:
         lm.compile()
