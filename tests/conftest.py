@@ -11,11 +11,14 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 import memrisk
 
 
+TINY_HIDDEN = 16
+
+
 def tiny_gpt2(vocab_size: int = 8, seed: int = 0, n_positions: int = 64) -> GPT2LMHeadModel:
     """A randomly initialised 2-layer GPT-2 with a small vocabulary (exact enumeration is cheap)."""
     torch.manual_seed(seed)
     config = GPT2Config(
-        vocab_size=vocab_size, n_positions=n_positions, n_embd=16, n_layer=2, n_head=2,
+        vocab_size=vocab_size, n_positions=n_positions, n_embd=TINY_HIDDEN, n_layer=2, n_head=2,
         bos_token_id=None, eos_token_id=None, initializer_range=0.5,
     )
     return GPT2LMHeadModel(config).eval()

@@ -36,15 +36,23 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
+    from contextlib import ExitStack
+
+    from memrisk.lock import locked_folder
     from memrisk.report.html import write_report
     from memrisk.report.text import books_table, summary_table
     from memrisk.runner import rebuild_summary
+    from memrisk.store import RecordStore
 
     folders = [Path(folder) for folder in args.dirs]
-    for folder in folders:
-        summary = rebuild_summary(folder)
-        print(books_table(summary) if summary.get("kind") == "books" else summary_table(summary))
-    path = write_report(folders, Path(args.out) if args.out else None)
+    with ExitStack() as locks:
+        for folder in dict.fromkeys(f.resolve() for f in folders):
+            RecordStore.existing(folder)
+            locks.enter_context(locked_folder(folder))
+        for folder in folders:
+            summary = rebuild_summary(folder)
+            print(books_table(summary) if summary.get("kind") == "books" else summary_table(summary))
+        path = write_report(folders, Path(args.out) if args.out else None)
     print(f"\nreport written to {path} (figures in {path.parent / 'figures'}/)")
 
 

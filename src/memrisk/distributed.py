@@ -32,8 +32,11 @@ from memrisk.runner import (
     open_run_store,
     pending_chunks,
     plan_run,
+    run_identity,
     score_chunk,
 )
+from memrisk.lock import locked_folder
+from memrisk.store import refuse_changed_settings
 
 log = logging.getLogger(__name__)
 RAY_RUN = "ray_run.json"
@@ -228,22 +231,26 @@ def run_experiment_on_ray(
     pool = None
     try:
         documents = load_documents(config)
-        count, cpus, gpus = worker_resources(config, ray.cluster_resources())
-        report = PoolReport(ray.get_runtime_context().gcs_address, ray.__version__, cpus, gpus)
-        pool = WorkerPool(ray, config, count, cpus, gpus, report)
-        plan = pool.plan(documents)
-        store = open_run_store(config, out_dir, plan, force=force)
-        todo = pending_chunks(config, plan, store)
-        remaining = sum(len(chunk) for chunk in todo)
-        bar = tqdm(
-            total=len(plan.examples), initial=len(plan.examples) - remaining, unit="ex",
-            desc=f"examples ({len(pool.actors)} Ray workers)", disable=not progress,
-        )
-        pool.score(todo, plan.prior, store.append, bar)
-        bar.close()
-        pool.describe_replacements()
-        store.write_json(RAY_RUN, asdict(report))
-        return finish_run(config, plan, store)
+        identity = run_identity(config, documents)
+        with locked_folder(out_dir):
+            if not force:
+                refuse_changed_settings(Path(out_dir), identity)
+            count, cpus, gpus = worker_resources(config, ray.cluster_resources())
+            report = PoolReport(ray.get_runtime_context().gcs_address, ray.__version__, cpus, gpus)
+            pool = WorkerPool(ray, config, count, cpus, gpus, report)
+            plan = pool.plan(documents)
+            store = open_run_store(config, out_dir, plan, identity, force=force)
+            todo = pending_chunks(config, plan, store)
+            remaining = sum(len(chunk) for chunk in todo)
+            bar = tqdm(
+                total=len(plan.examples), initial=len(plan.examples) - remaining, unit="ex",
+                desc=f"examples ({len(pool.actors)} Ray workers)", disable=not progress,
+            )
+            pool.score(todo, plan.prior, store.append, bar)
+            bar.close()
+            pool.describe_replacements()
+            store.write_json(RAY_RUN, asdict(report))
+            return finish_run(config, plan, store)
     finally:
         if pool is not None:
             pool.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +32,8 @@ from memrisk.models.backend import LanguageModel, load_model
 from memrisk.models.memory import auto_batch_size, halving_on_oom
 from memrisk.report.books import is_books_run
 from memrisk.report.summary import summarize
-from memrisk.store import CONFIG, RecordStore
+from memrisk.lock import locked_folder
+from memrisk.store import CONFIG, RecordStore, refuse_changed_settings
 
 SUMMARY = "summary.json"
 WINDOWS = "windows.json"
@@ -107,6 +110,20 @@ def load_documents(config: ExperimentConfig) -> dict[str, list[Document]]:
             docs = read_documents(dataset.path, dataset.format, dataset.text_field, dataset.id_field)
         out[dataset.name] = docs[: dataset.limit] if dataset.limit else docs
     return out
+
+
+def data_digests(documents: dict[str, list[Document]]) -> dict[str, str]:
+    """SHA-256 of each dataset's documents as read (ids and texts): an edited data file changes the run's settings."""
+    return {
+        name: hashlib.sha256(json.dumps([[d.doc_id, d.text] for d in docs], ensure_ascii=False).encode("utf-8")).hexdigest()
+        for name, docs in documents.items()
+    }
+
+
+def run_identity(config: ExperimentConfig, documents: dict[str, list[Document]]) -> dict[str, Any]:
+    """What a resumed run must share with the records already stored: the settings that change
+    results and the content of every dataset."""
+    return config.identity() | {"dataset_sha256": data_digests(documents)}
 
 
 def build_examples(
@@ -294,9 +311,11 @@ def plan_run(config: ExperimentConfig, lm: LanguageModel, documents: dict[str, l
     return Plan(examples, window_info, prior, versions(lm))
 
 
-def open_run_store(config: ExperimentConfig, out_dir: str | Path, plan: Plan, *, force: bool = False) -> RecordStore:
+def open_run_store(
+    config: ExperimentConfig, out_dir: str | Path, plan: Plan, identity: dict[str, Any], *, force: bool = False
+) -> RecordStore:
     """Open (or resume) the run folder and write what the plan settled next to the records."""
-    store = RecordStore.open(out_dir, config.model_dump(mode="json"), config.identity(), force=force)
+    store = RecordStore.open(out_dir, config.model_dump(mode="json"), identity, force=force)
     store.write_json("versions.json", plan.versions)
     store.write_json(WINDOWS, plan.window_info)
     if plan.prior is not None:
@@ -334,20 +353,26 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Run (or resume) an experiment into `out_dir` and return its summary.
 
-    Everything that can fail on bad input (model, data, windows) is checked before the
-    first file is written.
+    The folder is locked for this process; a resume under changed settings is refused before
+    the model loads; everything that can fail on bad input (model, data, windows) is checked
+    before the first file is written.
     """
-    lm = model or load_run_model(config)
-    plan = plan_run(config, lm, load_documents(config))
-    store = open_run_store(config, out_dir, plan, force=force)
-    todo = pending_chunks(config, plan, store)
-    remaining = sum(len(chunk) for chunk in todo)
-    bar = tqdm(total=len(plan.examples), initial=len(plan.examples) - remaining, desc="examples", unit="ex", disable=not progress)
-    for chunk in todo:
-        store.append(score_chunk(config, lm, chunk, plan.prior))
-        bar.update(len(chunk))
-    bar.close()
-    return finish_run(config, plan, store)
+    documents = load_documents(config)
+    identity = run_identity(config, documents)
+    with locked_folder(out_dir):
+        if not force:
+            refuse_changed_settings(Path(out_dir), identity)
+        lm = model or load_run_model(config)
+        plan = plan_run(config, lm, documents)
+        store = open_run_store(config, out_dir, plan, identity, force=force)
+        todo = pending_chunks(config, plan, store)
+        remaining = sum(len(chunk) for chunk in todo)
+        bar = tqdm(total=len(plan.examples), initial=len(plan.examples) - remaining, desc="examples", unit="ex", disable=not progress)
+        for chunk in todo:
+            store.append(score_chunk(config, lm, chunk, plan.prior))
+            bar.update(len(chunk))
+        bar.close()
+        return finish_run(config, plan, store)
 
 
 def rebuild_summary(out_dir: Path) -> dict[str, Any]:

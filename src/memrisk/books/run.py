@@ -9,6 +9,7 @@ Re-running the same command replays the answers in the log and continues where i
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 import time
@@ -30,6 +31,7 @@ from memrisk.books.phase2 import (
 from memrisk.books.providers import ChatProvider, GenerationSettings, make_provider
 from memrisk.books.session import RetryPolicy, Session
 from memrisk.errors import MemriskError
+from memrisk.lock import locked_folder
 from memrisk.store import RecordStore, RequestLog
 
 SUMMARY = "books_summary.json"
@@ -96,7 +98,8 @@ class BooksRun:
             model.provider, model.name, base_url=model.base_url, api_key_env=model.api_key_env, timeout_s=model.timeout_s,
         )
         dump = config.model_dump(mode="json")
-        self.store = RecordStore.open(out, dump, dump, force=force)
+        texts = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in self.texts.items()}
+        self.store = RecordStore.open(out, dump, dump | {"book_sha256": texts}, force=force)
         if force:
             self.store.remove(LOG)
         backoff = config.phase2.backoff
@@ -244,5 +247,6 @@ def run_books(
     config: BooksRunConfig, out: str | Path, *, force: bool = False, provider: ChatProvider | None = None,
     sleep: Callable[[float], None] = time.sleep, progress: bool = True,
 ) -> dict[str, Any]:
-    """Run (or resume) a books extraction into `out`; returns the summary."""
-    return BooksRun(config, Path(out), force=force, provider=provider, sleep=sleep, progress=progress).run()
+    """Run (or resume) a books extraction into `out` (locked for this process); returns the summary."""
+    with locked_folder(out):
+        return BooksRun(config, Path(out), force=force, provider=provider, sleep=sleep, progress=progress).run()
