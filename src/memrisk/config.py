@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from memrisk.decoding import DecodingPolicy
 from memrisk.errors import MemriskError
@@ -231,22 +233,82 @@ def validated(model: type[M], data: Any, what: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(_problem(model, error) for error in exc.errors())
         raise MemriskError(f"invalid {what}: {problems}") from None
+
+
+def _problem(model: type[BaseModel], error: ErrorDetails) -> str:
+    """One validation error as `where: what`; an unknown key gets the closest allowed key as a suggestion."""
+    where = ".".join(str(part) for part in error["loc"]) or "config"
+    if error["type"] == "extra_forbidden":
+        return f"{where}: unknown key{_suggestion(str(error['loc'][-1]), _model_at(model, error['loc'][:-1]))}"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "literal_error" or error["type"].endswith(("_type", "_parsing")):
+        message += f", got {_short(error['input'])}"
+    return f"{where}: {message}"
+
+
+def _suggestion(key: str, model: type[BaseModel] | None) -> str:
+    """', did you mean 'x'?' for the allowed key closest to `key`, else the allowed keys."""
+    if model is None:
+        return ""
+    allowed = list(model.model_fields)
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    return f", did you mean {close[0]!r}?" if close else f" (allowed: {', '.join(allowed)})"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The settings class that holds the keys at `loc` (list indexes and union tags are stepped over)."""
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is not None:
+            inner = _inner_model(field.annotation)
+            if inner is None:
+                return None
+            model = inner
+    return model
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    """The settings class inside an annotation such as `X`, `X | None` or `list[X]`, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_inner_model, get_args(annotation)) if m is not None), None)
+
+
+def _short(value: Any) -> str:
+    """`repr(value)`, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def read_yaml_mapping(path: str | Path, expected: str) -> dict[str, Any]:
     """The mapping a YAML file holds; `expected` names its settings in the error when it holds none."""
     path = Path(path)
-    if not path.is_file():
-        raise MemriskError(f"config file not found: {path}")
+    if path.is_dir():
+        raise MemriskError(f"config {path} is a folder, not a YAML file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise MemriskError(f"{path} is not valid YAML: {exc}") from None
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MemriskError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise MemriskError(f"cannot read config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise MemriskError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise MemriskError(f"{path} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise MemriskError(f"{path} must hold a mapping of settings ({expected}, ...)")
     return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line: what is wrong and where (1-based line and column)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
