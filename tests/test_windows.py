@@ -83,7 +83,7 @@ def test_sources_txt_jsonl_parquet(tmp_path) -> None:
         ("empty.txt", b"", "contains no text"),
         ("blank.txt", b"  \n\n", "contains no text"),
         ("latin1.txt", "caf\u00e9".encode("latin-1"), "not valid UTF-8"),
-        ("bad.jsonl", b'{"text": "ok"}\nnot json\n', "bad.jsonl:2 is not valid JSON"),
+        ("bad.jsonl", b'{"text": "ok"}\nnot json\n', "bad.jsonl, line 2: not valid JSON"),
         ("field.jsonl", b'{"body": "ok"}\n', "no string field 'text'"),
         ("broken.parquet", b"PAR1 nonsense", "not a readable Parquet"),
     ],

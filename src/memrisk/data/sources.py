@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from memrisk.errors import MemriskError
+from memrisk.errors import MemriskError, first_line
 
 FORMATS = ("txt", "jsonl", "parquet")
 
@@ -37,6 +38,8 @@ def read_documents(
 ) -> list[Document]:
     """Documents of a file: a .txt file is one document; JSONL and Parquet give one per row."""
     path = Path(path)
+    if path.is_dir():
+        raise MemriskError(f"data file {path} is a folder; name a .txt, .jsonl or .parquet file")
     if not path.is_file():
         raise MemriskError(f"data file not found: {path}")
     fmt = detect_format(path) if format == "auto" else format
@@ -54,8 +57,11 @@ def read_documents(
 
 
 def _read_utf8(path: Path) -> str:
-    """The file's text, with a clear error for bytes that are not UTF-8."""
+    """The file's text, with a clear error for binary files and bytes that are not UTF-8."""
     raw = path.read_bytes()
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise MemriskError(f"{path} is a binary file, not text (NUL byte at offset {nul})")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -63,20 +69,29 @@ def _read_utf8(path: Path) -> str:
 
 
 def _parse_jsonl(path: Path, text: str, text_field: str, id_field: str | None) -> list[Document]:
-    """One document per non-empty JSON line, text from `text_field`."""
+    """One document per non-empty JSON line, text from `text_field`; errors name the 1-based line."""
     documents = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MemriskError(f"{path}:{number} is not valid JSON: {exc.msg}") from exc
-        if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
-            raise MemriskError(f"{path}:{number} has no string field {text_field!r}")
-        doc_id = str(row[id_field]) if id_field and id_field in row else f"{path.stem}:{number}"
-        documents.append(Document(doc_id, row[text_field]))
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.strip():
+            row = _json_row(path, number, line, text_field)
+            doc_id = str(row[id_field]) if id_field and id_field in row else f"{path.stem}:{number}"
+            documents.append(Document(doc_id, row[text_field]))
     return documents
+
+
+def _json_row(path: Path, number: int, line: str, text_field: str) -> dict[str, Any]:
+    """Line `number` of a JSONL file: a JSON object with a string `text_field`."""
+    where = f"{path}, line {number}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise MemriskError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise MemriskError(f"{where}: not a JSON object with a {text_field!r} field")
+    if not isinstance(row.get(text_field), str):
+        keys = ", ".join(row) or "none"
+        raise MemriskError(f"{where}: no string field {text_field!r} (keys: {keys}); set text_field to the one that holds the text")
+    return row
 
 
 def _read_parquet(path: Path, text_field: str, id_field: str | None) -> list[Document]:
@@ -86,7 +101,7 @@ def _read_parquet(path: Path, text_field: str, id_field: str | None) -> list[Doc
     try:
         table = pq.read_table(path)
     except Exception as exc:
-        raise MemriskError(f"{path} is not a readable Parquet file: {exc}") from exc
+        raise MemriskError(f"{path} is not a readable Parquet file: {first_line(exc)}") from exc
     if text_field not in table.column_names:
         raise MemriskError(f"{path} has no column {text_field!r} (columns: {', '.join(table.column_names)})")
     texts = table.column(text_field).to_pylist()
