@@ -61,8 +61,10 @@ def make_windows(
     size = prefix_length + suffix_length
     result = WindowSet([], len(documents))
     seen: set[tuple[int, ...]] = set()
+    longest = 0
     for document in documents:
         ids, spans = model.encode_with_offsets(document.text)
+        longest = max(longest, len(ids))
         if len(ids) < size:
             result.skipped_short.append(document.doc_id)
             continue
@@ -85,10 +87,15 @@ def make_windows(
                     char_end=spans[first + size - 1][1],
                 )
             )
+    if not result.windows and documents and longest == 0:
+        raise MemriskError(
+            f"the tokenizer of {model.name} encodes every document to no tokens at all: "
+            "it does not fit this text (is it the model's own tokenizer?)"
+        )
     if not result.windows:
         raise MemriskError(
             f"no window of {size} tokens (prefix {prefix_length} + suffix {suffix_length}) fits in any of "
-            f"{len(documents)} document(s): every document is shorter than that"
+            f"{len(documents)} document(s): every document is shorter than that (the longest has {longest} tokens)"
         )
     return result
 

@@ -23,6 +23,7 @@ SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 ATTENTION_KERNELS = ("sdpa", "eager", "flash_attention_2")
+TOKENIZER_FILES = ("tokenizer*", "vocab*", "merges.txt", "*.model", "*.tiktoken")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
@@ -157,14 +158,14 @@ class LanguageModel:
         """Token ids of `text` without special tokens (BOS is added at scoring time)."""
         if self.tokenizer is None:
             raise MemriskError("this model has no tokenizer: pass token ids instead of text")
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return list(self._tokenize(text)["input_ids"])
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids of `text` and each token's (start, end) character span."""
         if self.tokenizer is None:
             raise MemriskError("this model has no tokenizer: windows need one to cut text")
         if getattr(self.tokenizer, "is_fast", False):
-            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            enc = self._tokenize(text, return_offsets_mapping=True)
             return list(enc["input_ids"]), [tuple(span) for span in enc["offset_mapping"]]
         ids = self.encode(text)
         spans, end = [], 0
@@ -173,6 +174,13 @@ class LanguageModel:
             spans.append((end, new_end))
             end = new_end
         return ids, spans
+
+    def _tokenize(self, text: str, **options: Any) -> Any:
+        """The tokenizer's encoding of `text` without special tokens; a tokenizer that fails on it is a MemriskError."""
+        try:
+            return self.tokenizer(text, add_special_tokens=False, **options)
+        except Exception as exc:
+            raise MemriskError(f"the tokenizer of {self.name} cannot encode the text: {first_line(exc)}") from exc
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of a token-id sequence (special tokens kept, so nothing is hidden)."""
@@ -337,6 +345,34 @@ def _added_bos(tokenizer: Any) -> int | None:
     return tokenizer.bos_token_id if ids and ids[0] == tokenizer.bos_token_id else None
 
 
+def _local_model_problem(name: str, gguf_file: str | None, needs_tokenizer: bool) -> str | None:
+    """What keeps a local model folder from loading: it does not exist, holds no tokenizer, or names a file that is not GGUF."""
+    folder = Path(name)
+    if not folder.is_dir():
+        return "folder not found" if _is_path(name) else None
+    if gguf_file:
+        return _gguf_problem(folder / gguf_file)
+    if needs_tokenizer and not any(any(folder.glob(pattern)) for pattern in TOKENIZER_FILES):
+        return (
+            f"the folder has no tokenizer (no file matches {', '.join(TOKENIZER_FILES)}); "
+            "save the model's tokenizer there with tokenizer.save_pretrained(folder)"
+        )
+    return None
+
+
+def _is_path(name: str) -> bool:
+    """Whether `name` can only be a local path: a hub id is `name` or `owner/name`, never absolute or dotted in front."""
+    return Path(name).is_absolute() or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _gguf_problem(path: Path) -> str | None:
+    """Why `path` is not a GGUF file (missing, or without the GGUF magic bytes), or None."""
+    if not path.is_file():
+        return f"GGUF file {path.name} not found in the folder"
+    with path.open("rb") as file:
+        return None if file.read(4) == b"GGUF" else f"{path.name} is not a GGUF file (it does not start with the bytes 'GGUF')"
+
+
 def _resolve_device(device: str | None) -> torch.device:
     """'auto'/None picks CUDA when available, else CPU."""
     if device in (None, "auto"):
@@ -399,6 +435,8 @@ def load_model(
     source: str | Path = name
     if name == SMOLLM2_ALIAS:
         source, gguf_file = smollm2_directory(), gguf_file or SMOLLM2_GGUF
+    elif problem := _local_model_problem(name, gguf_file, needs_tokenizer=tokenizer is None):
+        raise MemriskError(f"could not load model {name!r}: {problem}")
     target = _resolve_device(device)
     options: dict[str, Any] = {"revision": revision, "dtype": _resolve_dtype(dtype, target)}
     if gguf_file:
