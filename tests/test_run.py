@@ -1,4 +1,4 @@
-"""`memrisk run` end to end on a tiny saved model: records, resume after a kill, config changes, bad input."""
+"""`memrisk run` end to end on a tiny saved model: records, resume after a kill, config changes (bad input: test_hostile_inputs)."""
 
 from __future__ import annotations
 
@@ -144,43 +144,6 @@ def test_report_rebuilds_summary_from_records(tmp_path, model_dir, capsys) -> No
     assert cli.main(["report", str(out)]) == 0
     assert json.loads((out / "summary.json").read_text()) == before
     assert "story" in capsys.readouterr().out
-
-
-BAD_INPUTS = [
-    ({"policies": [{"top_k": 0}]}, None, "top_k must be an integer >= 1"),
-    ({"policies": [{"top_p": 1.5}]}, None, "top_p must be in (0, 1]"),
-    ({"policies": [{"temperature": 0}]}, None, "temperature must be a finite number > 0"),
-    ({"windows": {"prefix_length": 500, "suffix_length": 500}}, None, "no window of 1000 tokens"),
-    ({"model": {"name": "no-such-org/no-such-model"}}, None, "could not load model"),
-    ({"datasets": [{"name": "e", "path": "empty.txt"}]}, b"", "contains no text"),
-    ({"datasets": [{"name": "e", "path": "empty.txt"}]}, b"\xff\xfe caf\xe9", "not valid UTF-8"),
-    ({"tau_min": 0}, None, "tau_min"),
-    ({"methods": ["telepathy"]}, None, "methods"),
-    ({"model": {"name": "smollm2", "batch_size": "big"}}, None, "batch_size must be a positive integer or 'auto', got 'big'"),
-    ({"ray": {"workers": 0}}, None, "ray.workers: Input should be greater than or equal to 1"),
-]
-
-
-@pytest.mark.parametrize(("overrides", "file_bytes", "message"), BAD_INPUTS)
-def test_bad_input_gives_one_error_and_writes_nothing(tmp_path, model_dir, capsys, monkeypatch, overrides, file_bytes, message) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    if file_bytes is not None:
-        (tmp_path / "empty.txt").write_bytes(file_bytes)
-    path = write_config(tmp_path, model_dir, **overrides)
-    assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("memrisk: error:")]
-    assert len(errors) == 1 and message in errors[0]
-    assert not (tmp_path / "out").exists()
-
-
-def test_missing_and_malformed_config_files(tmp_path, capsys) -> None:
-    assert cli.main(["run", str(tmp_path / "nope.yaml")]) == 2
-    (tmp_path / "bad.yaml").write_text("model: [unclosed", encoding="utf-8")
-    assert cli.main(["run", str(tmp_path / "bad.yaml")]) == 2
-    (tmp_path / "typo.yaml").write_text("model: {name: x}\ndatasets: [{name: a, path: a.txt}]\npolicys: []\n")
-    assert cli.main(["run", str(tmp_path / "typo.yaml")]) == 2
-    err = capsys.readouterr().err
-    assert "not found" in err and "not valid YAML" in err and "policys" in err
 
 
 def test_cbs_method_writes_bounds_masses_and_summary(tmp_path, model_dir) -> None:
