@@ -20,7 +20,9 @@ from memrisk.config import load_config
 from memrisk.distributed import RAY_RUN, run_experiment_on_ray, worker_resources
 from memrisk.errors import MemriskError
 from memrisk.runner import run_experiment
+from tests import numerics
 from tests.conftest import TINY_HIDDEN, word_tokenizer
+from tests.numerics import reorder_tolerance
 from tests.test_run import interrupted_run, records, write_config
 
 pytestmark = pytest.mark.slow
@@ -72,40 +74,18 @@ def experiment(tmp_path_factory, model_dir) -> tuple[Path, list[dict]]:
     return path, records(folder / "local")
 
 
+# Ray workers run one thread each while a local run uses the machine's thread count: floats agree
+# to the float32 reordering bound of tests/numerics.py, everything else exactly.
+FLOAT32_REORDER_TOLERANCE = reorder_tolerance(EXPERIMENT["windows"]["suffix_length"], len(word_tokenizer()), TINY_HIDDEN)
+
+
 def assert_same_records(got: list[dict], want: list[dict]) -> None:
-    """Same examples and sequences; every number within the float32 reordering bound below."""
-    assert [r["example_id"] for r in got] == [r["example_id"] for r in want]
-    for g, w in zip(got, want):
-        assert g.keys() == w.keys()
-        for key in w:
-            assert_close(g[key], w[key], f"{w['example_id']}.{key}")
-
-
-# Ray workers run one thread each while a local run uses the machine's thread count, so float32
-# reductions are summed in another order (and a different one on every machine). A float32 sum of
-# n terms in any order is within n·u of the exact sum, relative to the sum of magnitudes
-# (u = 2^-24, first-order bound). The largest reductions behind a number here are the vocabulary
-# in each log-softmax and the hidden size in each matmul, and a log p_z or a bound adds up the
-# suffix's T positions: numbers agree to T·(V + d)·u, relative to max(1, |value|) (probabilities
-# are exp of such sums, so the same bound holds for them absolutely). Exact equality is asserted
-# for everything that is not a float: token ids, ranks, candidates, stops.
-FLOAT32_REORDER_TOLERANCE = EXPERIMENT["windows"]["suffix_length"] * (len(word_tokenizer()) + TINY_HIDDEN) * 2.0**-24
+    """Same examples and sequences; every number within the float32 reordering bound."""
+    numerics.assert_same_records(got, want, FLOAT32_REORDER_TOLERANCE)
 
 
 def assert_close(got, want, where: str) -> None:
-    if isinstance(want, float) and isinstance(got, float):
-        scale = max(1.0, abs(want)) if math.isfinite(want) else 1.0
-        assert got == want or abs(got - want) <= FLOAT32_REORDER_TOLERANCE * scale, (where, got, want)
-    elif isinstance(want, list):
-        assert isinstance(got, list) and len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert_close(g, w, f"{where}[{i}]")
-    elif isinstance(want, dict):
-        assert got.keys() == want.keys(), where
-        for key in want:
-            assert_close(got[key], want[key], f"{where}.{key}")
-    else:
-        assert got == want, (where, got, want)
+    numerics.assert_close(got, want, FLOAT32_REORDER_TOLERANCE, where)
 
 
 def worker_pids() -> list[int]:

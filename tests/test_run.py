@@ -123,7 +123,10 @@ def test_changed_config_is_refused_unless_forced(tmp_path, model_dir, capsys) ->
     assert cli.main(["run", str(path), "--out", out]) == 0
     write_config(tmp_path, model_dir, policies=[{"top_k": 2}])
     assert cli.main(["run", str(path), "--out", out]) == 2
-    assert "different configuration" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    [line] = [line for line in err.splitlines() if line.startswith("memrisk: error:")]
+    assert "holds a run made with different settings: policies: [{" in line and "'top_k': 3" in line and "'top_k': 2" in line
+    assert "Use another --out folder, or --force" in err
     assert cli.main(["run", str(path), "--out", out, "--force"]) == 0
     assert "log_p.topk2" in records(tmp_path / "out")[0]
     assert "log_p.topk3" not in records(tmp_path / "out")[0]
