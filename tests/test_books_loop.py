@@ -210,15 +210,24 @@ def test_replay_refuses_a_log_from_another_conversation(tmp_path) -> None:
         again.ask("k", "c", [{"role": "user", "content": "two"}], GenerationSettings())
 
 
-def test_a_torn_last_log_line_is_dropped(tmp_path) -> None:
+def test_a_torn_last_log_line_is_dropped_and_said(tmp_path, caplog) -> None:
     path = tmp_path / "requests.jsonl"
     RequestLog(path).append({"event": "request", "key": "a"})
     with path.open("a") as handle:
         handle.write('{"event": "resp')
-    log = RequestLog(path)
+    with caplog.at_level("WARNING", logger="memrisk.store"):
+        log = RequestLog(path)
+    assert f"{path}: dropped a torn last line (15 bytes) left by an interrupted write" in caplog.text
     assert log.entries() == [{"event": "request", "key": "a"}]
     log.append({"event": "x"})
     assert [e["event"] for e in log.entries()] == ["request", "x"]
+
+
+def test_a_damaged_log_line_inside_the_log_is_one_error_naming_it(tmp_path) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_text('{"event": "request"}\n{"event": garbage\n{"event": "x"}\n', encoding="utf-8")
+    with pytest.raises(MemriskError, match=r"requests.jsonl line 2 is damaged .*; repair or remove that line to resume"):
+        RequestLog(path).entries()
 
 
 def test_books_score_cli_prints_nv_recall_and_writes_the_diff_view(tmp_path, capsys) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,8 @@ from transformers import PreTrainedTokenizerFast
 
 import memrisk
 from memrisk import cli
+from memrisk.config import load_config
+from memrisk.runner import run_experiment
 from tests.test_run import write_config
 
 Builder = Callable[[Path, memrisk.LanguageModel], None]
@@ -97,6 +101,36 @@ def books_yaml(**model: Any) -> Builder:
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
 
     return build
+
+
+FINISHED: dict[str, Path] = {}
+
+
+def finished_run(damage: Callable[[Path], None]) -> Builder:
+    """A run folder of exp.yaml on the tiny model (scored once per session, then copied), damaged by `damage`."""
+
+    def build(path: Path, lm: memrisk.LanguageModel) -> None:
+        if "run" not in FINISHED:
+            FINISHED["run"] = Path(tempfile.mkdtemp(prefix="memrisk-finished-")) / "run"
+            run_experiment(load_config(path.parent / "exp.yaml"), FINISHED["run"], model=lm, progress=False)
+        shutil.copytree(FINISHED["run"], path)
+        damage(path)
+
+    return build
+
+
+def truncate_part(run: Path) -> None:
+    """Cut the second shard in half, as a full disk would."""
+    part = run / "records" / "part-00001.parquet"
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+
+
+def empty_part(run: Path) -> None:
+    (run / "records" / "part-00001.parquet").write_bytes(b"")
+
+
+def garble_manifest(run: Path) -> None:
+    (run / "manifest.json").write_text('{"config_fingerprint": "ab', encoding="utf-8")
 
 
 def dataset(path: str, **settings: Any) -> dict[str, Any]:
@@ -176,6 +210,19 @@ HOSTILE = [
             {"lm": tokenizer_folder(Tokenizer(models.WordLevel({"zzz": 0})))}),
     Hostile("gguf-not-gguf", "gguf': x.gguf is not a GGUF file", local_model("gguf", gguf_file="x.gguf"), {"gguf/x.gguf": "not weights"}),
     Hostile("gguf-missing", "gguf': GGUF file x.gguf not found in the folder", local_model("gguf", gguf_file="x.gguf"), {"gguf": folder}),
+    # run folders
+    Hostile("out-is-a-file", "the output folder {out} is a file, not a folder", files={"out": "not a folder"}),
+    Hostile("out-not-writable", "cannot create the output folder {tmp}/file/out: Not a directory",
+            files={"file": "a file"}, args=("run", "{config}", "--out", "{tmp}/file/out")),
+    Hostile("report-missing-folder", "{tmp}/absent does not exist", None, args=("report", "{tmp}/absent")),
+    Hostile("report-empty-folder", "{out} is not a memrisk run folder (no manifest.json)", None, {"out": folder}, ("report", "{out}")),
+    Hostile("report-truncated-part", "{out}/records/part-00001.parquet is damaged", files={"out": finished_run(truncate_part)},
+            args=("report", "{out}")),
+    Hostile("report-empty-part", "{out}/records/part-00001.parquet is damaged", files={"out": finished_run(empty_part)},
+            args=("report", "{out}")),
+    Hostile("report-damaged-manifest", "{out}/manifest.json is damaged", files={"out": finished_run(garble_manifest)},
+            args=("report", "{out}")),
+    Hostile("run-damaged-manifest", "{out}/manifest.json is damaged", files={"out": finished_run(garble_manifest)}),
     # books runs
     Hostile("books-api-key-unset", "environment variable MEMRISK_TEST_ABSENT_KEY is not set", None,
             {"books.yaml": books_yaml()}, BOOKS_RUN, {"MEMRISK_TEST_ABSENT_KEY": None}),
@@ -212,9 +259,14 @@ def make_files(row: Hostile, tmp: Path, names: dict[str, str], lm: memrisk.Langu
             path.write_text(expand(content, names), encoding="utf-8")
 
 
-def snapshot(tmp: Path) -> dict[str, tuple[bool, int, int]]:
-    """Every path under `tmp` with its mode, size and modification time (of links themselves)."""
-    return {str(p.relative_to(tmp)): (p.lstat().st_mode, p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(tmp.rglob("*"))}
+def snapshot(tmp: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path under `tmp` with its mode, size and modification time (of links themselves; of a
+    folder only its mode, since a lock file that came and went changes a folder's time)."""
+    def stat(p: Path) -> tuple[int, int, int]:
+        s = p.lstat()
+        return (s.st_mode, 0, 0) if p.is_dir() and not p.is_symlink() else (s.st_mode, s.st_size, s.st_mtime_ns)
+
+    return {str(p.relative_to(tmp)): stat(p) for p in sorted(tmp.rglob("*"))}
 
 
 @pytest.mark.parametrize("row", [pytest.param(row, id=row.id, marks=row.marks) for row in HOSTILE])
@@ -233,7 +285,7 @@ def test_hostile_input_gives_one_error_line_and_writes_nothing(row: Hostile, tmp
     out, err = capsys.readouterr()
     errors = [line for line in err.splitlines() if line.startswith("memrisk: error:")]
     assert len(errors) == 1, err
-    assert row.message in errors[0]
+    assert expand(row.message, names) in errors[0]
     assert err.rstrip().endswith(errors[0]), "the error is the last thing printed, on one line"
     assert "Traceback" not in out + err
     assert snapshot(tmp_path) == before

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from memrisk import cli
@@ -140,3 +141,21 @@ def test_report_waits_for_no_one_but_refuses_a_folder_being_written(tmp_path, mo
     finally:
         holder.release()
     assert cli.main(["report", str(out), str(out)]) == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_resume_rescores_a_damaged_part_and_says_so(tmp_path, model_dir, caplog, damage) -> None:
+    config = load_config(write_config(tmp_path, model_dir))
+    out = tmp_path / "out"
+    run_experiment(config, out, progress=False)
+    part = out / "records" / "part-00001.parquet"
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2] if damage == "truncated" else b"")
+    with caplog.at_level("WARNING", logger="memrisk.store"):
+        run_experiment(config, out, progress=False)
+    assert f"{part} is damaged" in caplog.text and "its records are dropped and their examples scored again" in caplog.text
+    run_experiment(config, tmp_path / "clean", progress=False)
+    got = records(out)
+    assert_same_records(got, records(tmp_path / "clean"), reorder_tolerance(5, len(word_tokenizer()), TINY_HIDDEN))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "part-00001.parquet" not in manifest["shards"] and manifest["rows"] == len(got)
+    assert json.loads((out / "summary.json").read_text())["examples"] == len(got)
