@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from memrisk.books.config import ChatModelConfig
 from memrisk.books.costs import Price, cost, cost_report, price_for, request_bound
 from memrisk.books.perturb import INSTRUCTION, perturb
 from memrisk.books.phase1 import best_of_n, longest_common_words, similarity
@@ -260,3 +261,20 @@ def test_books_run_rejects_bad_configs_with_one_clear_error(tmp_path, capsys) ->
     assert main(["books", "run", str(path), "--out", str(tmp_path / "out")]) == 2
     assert "MEMRISK_ABSENT_KEY" in capsys.readouterr().err
     assert not (tmp_path / "out").exists(), "nothing is written before the run can start"
+
+
+@pytest.mark.parametrize(
+    ("name", "max_tokens", "turns", "penalties"),
+    [
+        ("claude-3-7-sonnet-20250219", 250, 600, (None, None)),
+        ("gpt-4.1-2025-04-14", 500, 200, (None, None)),
+        ("gemini-2.5-pro", 2000, 300, (2.0, 0.1)),
+        ("grok-3", 500, 300, (None, None)),
+    ],
+)
+def test_phase2_defaults_per_model_follow_the_paper(name: str, max_tokens: int, turns: int, penalties: tuple) -> None:
+    """Books App. C.2.1 (temperature 0, max tokens, Gemini penalties) and Table 4 / App. C.2.3 (turns)."""
+    model = ChatModelConfig(name=name)
+    assert (model.temperature, model.default("max_tokens"), model.default("turns")) == (0.0, max_tokens, turns)
+    assert (model.default("frequency_penalty"), model.default("presence_penalty")) == penalties
+

@@ -1,8 +1,10 @@
 """The YAML of `memrisk books run`: which chat model, which books, the two phases, the spend cap.
 
-Per-model defaults follow Books App. C.2.1 (temperature 0; max tokens per turn 250 / 500 /
-2000 / 500 and turn budgets 600 / 200 / 300 / 300 for Claude 3.7 Sonnet, Grok 3, Gemini 2.5
-Pro and GPT-4.1; Gemini's frequency / presence penalties 2.0 / 0.1).
+Per-model Phase 2 defaults follow Books App. C.2.1 (temperature 0; max tokens per turn 250 /
+500 / 2000 / 500 for Claude 3.7 Sonnet, Grok 3, Gemini 2.5 Pro and GPT-4.1; Gemini's frequency /
+presence penalties 2.0 / 0.1) and Table 4 with App. C.2.3 for the turn budgets: Claude 600,
+Gemini 300, Grok 300, GPT-4.1 200 (App. C.2.1's list swaps Grok and GPT-4.1; its next sentence,
+Table 4's maxima and App. C.2.3's "maximum of 200" for GPT-4.1 agree with these).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from memrisk.config import read_yaml_mapping, validated
 
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "claude-3-7-sonnet": {"max_tokens": 250, "turns": 600},
-    "grok-3": {"max_tokens": 500, "turns": 200},
+    "grok-3": {"max_tokens": 500, "turns": 300},
     "gemini-2.5-pro": {"max_tokens": 2000, "turns": 300, "frequency_penalty": 2.0, "presence_penalty": 0.1},
-    "gpt-4.1": {"max_tokens": 500, "turns": 300},
+    "gpt-4.1": {"max_tokens": 500, "turns": 200},
 }
 FALLBACK_DEFAULTS: dict[str, Any] = {"max_tokens": 500, "turns": 300}
 
