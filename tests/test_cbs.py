@@ -51,13 +51,16 @@ VARIANTS = [
 ]
 
 
+@pytest.mark.parametrize("anchor", [True, False], ids=["anchored", "paper"])
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(str(x) for x in v.values()))
 @pytest.mark.parametrize("beam_width", [1, 2, 5, 64])
 @pytest.mark.parametrize("epsilon", [0, 1, 2])
-def test_bounds_contain_the_exact_mass(model, exact, variant, beam_width, epsilon) -> None:
+def test_bounds_contain_the_exact_mass(model, exact, variant, beam_width, epsilon, anchor) -> None:
     prefixes, suffixes = [c[0] for c in CASES], [c[1] for c in CASES]
     for j, policy in enumerate(POLICIES):
-        results = cbs(model, prefixes, suffixes, policy, beam_width=beam_width, epsilon=epsilon, batch_size=3, **variant)
+        results = cbs(
+            model, prefixes, suffixes, policy, beam_width=beam_width, epsilon=epsilon, batch_size=3, anchor=anchor, **variant
+        )
         for i, result in enumerate(results):
             for distance in ("hamming", "levenshtein"):
                 for eps in range(epsilon + 1 if variant["prune"] else 4):
@@ -89,9 +92,10 @@ def test_candidates_unique_and_scored_like_teacher_forcing(model, variant) -> No
 
 @pytest.mark.parametrize("beam_width", [1, 2, 5, 100])
 def test_token_evaluations_follow_the_beam_sizes(model, beam_width: int) -> None:
+    """The paper's k-CBS (no anchor): |L_t| = min(B, k^t) rows at every step."""
     k = 3
     for prefix, suffix in CASES:
-        [result] = cbs(model, [prefix], [suffix], DecodingPolicy(top_k=k), beam_width=beam_width)
+        [result] = cbs(model, [prefix], [suffix], DecodingPolicy(top_k=k), beam_width=beam_width, anchor=False)
         sizes, size = [], 1
         for _ in range(len(suffix) - 1):
             size = min(beam_width, size * k)

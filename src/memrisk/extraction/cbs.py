@@ -86,6 +86,7 @@ class CBSResult:
     prune: str | None
     epsilon: int
     suffix_length: int
+    anchor: bool = False
 
     def lower_bound(self, distance: str = "levenshtein", epsilon: int | None = None) -> float:
         """Certified lower bound on p_{z,ε}: the mass of candidates within `epsilon`."""
@@ -141,12 +142,13 @@ class _Rows:
     mismatches: torch.Tensor
     band: torch.Tensor | None
     ghost: torch.Tensor
+    anchor: torch.Tensor
 
     def take(self, index: torch.Tensor) -> _Rows:
         """Rows at `index` (repeats allowed)."""
         return _Rows(
             self.search[index], self.log_p[index], self.tokens[index], self.depth[index],
-            self.mismatches[index], None if self.band is None else self.band[index], self.ghost[index],
+            self.mismatches[index], None if self.band is None else self.band[index], self.ghost[index], self.anchor[index],
         )
 
     @staticmethod
@@ -157,6 +159,7 @@ class _Rows:
             torch.cat([first.search, second.search]), torch.cat([first.log_p, second.log_p]),
             torch.cat([first.tokens, second.tokens]), torch.cat([first.depth, second.depth]),
             torch.cat([first.mismatches, second.mismatches]), band, torch.cat([first.ghost, second.ghost]),
+            torch.cat([first.anchor, second.anchor]),
         )
 
 
@@ -180,10 +183,10 @@ class _BeamSearch:
     def __init__(
         self, lm: LanguageModel, prefixes: list[list[int]], suffixes: list[list[int]], policy: DecodingPolicy,
         beam_width: int, prune: str | None, epsilon: int, tau_min: float | None, tighter: bool,
-        eos_token_id: int | None, max_children: int, batch_size: int, compaction: bool,
+        eos_token_id: int | None, max_children: int, batch_size: int, compaction: bool, anchor: bool,
     ) -> None:
         self.lm, self.prefixes, self.suffixes, self.policy = lm, prefixes, suffixes, policy
-        self.beam_width, self.prune, self.epsilon, self.tighter = beam_width, prune, epsilon, tighter
+        self.beam_width, self.prune, self.epsilon, self.tighter, self.anchor = beam_width, prune, epsilon, tighter, anchor
         self.eos, self.batch_size, self.compaction = eos_token_id, batch_size, compaction
         self.children = min(max_children, policy.top_k or lm.vocab_size, lm.vocab_size)
         self.log_tau_beam = (
@@ -230,6 +233,7 @@ class _BeamSearch:
             mismatches=torch.zeros(n, dtype=torch.long, device=device),
             band=band_init(n, self.epsilon, device) if self.prune == "levenshtein" else None,
             ghost=torch.zeros(n, dtype=torch.bool, device=device),
+            anchor=torch.full((n,), self.anchor, dtype=torch.bool, device=device),
         )
         if state is None or rows is None:
             return new_state, new_rows
@@ -238,17 +242,19 @@ class _BeamSearch:
     def _expand(self, logits: torch.Tensor, rows: _Rows) -> dict[str, torch.Tensor]:
         """Children of every row: tokens, scores, distance states, and masks of what survives."""
         values, tokens, kept_size = self.policy.top_children(logits, self.children)
-        valid = values > float("-inf")
-        n_rows, width = tokens.shape
-        tail = torch.where(
-            kept_size > width,
-            rows.log_p + torch.log1p(-torch.exp(torch.logsumexp(values.double(), dim=-1)).clamp(max=1.0)),
-            float("-inf"),
-        )
         depth = rows.depth + 1
         search = rows.search.clamp(min=0)
         targets, lengths = self.targets[search], self.target_lengths[search]
         target_now = targets.gather(1, (depth - 1).clamp(max=targets.shape[1] - 1).unsqueeze(1))
+        if self.anchor:
+            values, tokens = self._with_target_child(logits, rows, values, tokens, target_now)
+        valid = values > float("-inf")
+        n_rows, width = tokens.shape
+        tail = torch.where(
+            kept_size > valid.sum(-1),
+            rows.log_p + torch.log1p(-torch.exp(torch.logsumexp(values.double(), dim=-1)).clamp(max=1.0)),
+            float("-inf"),
+        )
         mismatches = rows.mismatches.unsqueeze(1) + (tokens != target_now).long()
         final = (depth == lengths).unsqueeze(1).expand(-1, width)
         viable = valid.clone()
@@ -268,7 +274,19 @@ class _BeamSearch:
         return {
             "tokens": tokens, "score": rows.log_p.unsqueeze(1) + values.double(), "viable": viable & ~rows.ghost.unsqueeze(1),
             "eos": eos, "final": final, "accepted": accepted, "mismatches": mismatches, "band": band, "tail": tail,
+            "on_target": rows.anchor.unsqueeze(1) & (tokens == target_now),
         }
+
+    def _with_target_child(
+        self, logits: torch.Tensor, rows: _Rows, values: torch.Tensor, tokens: torch.Tensor, target_now: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Children plus one column holding the target's next token for anchor rows whose capped
+        children leave it out (−inf elsewhere), so the target path is always expanded."""
+        target = target_now.squeeze(1)
+        missing = rows.anchor & ~(tokens == target_now).any(-1)
+        score = self.policy.score(logits, target).to(values.dtype)
+        extra = torch.where(missing, score, torch.full_like(score, float("-inf")))
+        return torch.cat([values, extra.unsqueeze(1)], dim=1), torch.cat([tokens, target.unsqueeze(1)], dim=1)
 
     def _step(self, state: DecodeState, rows: _Rows) -> tuple[DecodeState | None, _Rows | None, int]:
         """One expansion of every row: record finals, prune to B per sequence, advance the cache."""
@@ -287,6 +305,8 @@ class _BeamSearch:
         flat_rank = self._rank_within_search(search.reshape(-1), c["score"].reshape(-1), ranked.reshape(-1))
         rank = flat_rank.view(n_rows, width)
         selected = ranked & (rank < self.beam_width)
+        if self.anchor:
+            selected |= ranked & c["on_target"]  # the target path, kept as one extra row when the B best leave it out
         pruned = ranked & ~selected
         self._add_per_search(search, mass, pruned, "bank")
         if self.prune == "hamming":
@@ -325,6 +345,7 @@ class _BeamSearch:
         source = first.repeat_interleave(missing)
         ghosts = rows.take(source)
         ghosts.ghost = torch.ones_like(ghosts.ghost)
+        ghosts.anchor = torch.zeros_like(ghosts.anchor)
         ghosts.depth = ghosts.depth + 1
         return torch.cat([parents, source]), _Rows.cat(new_rows, ghosts), torch.cat([tokens, torch.zeros_like(source)])
 
@@ -336,6 +357,7 @@ class _BeamSearch:
         new.tokens[torch.arange(len(parents), device=parents.device), new.depth] = c["tokens"][parents, slots]
         new.depth = new.depth + 1
         new.mismatches = c["mismatches"][parents, slots]
+        new.anchor = c["on_target"][parents, slots]
         if c["band"] is not None:
             new.band = c["band"][parents, slots]
         return new
@@ -457,6 +479,7 @@ def cbs(
     max_children: int = 256,
     batch_size: int | None = None,
     compaction: bool = True,
+    anchor: bool = True,
     progress: bool = False,
 ) -> list[CBSResult]:
     """Decoding-constrained beam search for every (prefix, suffix): certified bounds on p_{z,ε}.
@@ -470,7 +493,10 @@ def cbs(
     banked. `eos_token_id` ('auto': the model's) ends paths that emit it before step T.
     `batch_size` sequences (default: the model's batch size) run at once; with `compaction`
     finished sequences free their rows for waiting ones, without it a batch runs padded until
-    all of its sequences finish (the paper's behaviour, for comparison).
+    all of its sequences finish (the paper's behaviour, for comparison). `anchor` keeps the
+    target's own path in the beam (one extra row when the B best leave it out), so the lower
+    bound at ε = 0 is p_z whenever the search is not stopped by τ_min; `anchor=False` is the
+    paper's Algorithms 1–3 exactly (docs/cbs.md).
     """
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
@@ -481,7 +507,7 @@ def cbs(
     eos = lm.eos_token_id if eos_token_id == "auto" else eos_token_id
     search = _BeamSearch(
         lm, prefix_ids, suffix_ids, policy, beam_width, prune, epsilon, tau_min, tighter_levenshtein,
-        eos, max_children, batch_size or lm.batch_size, compaction,
+        eos, max_children, batch_size or lm.batch_size, compaction, anchor,
     )
     with torch.inference_mode():
         searches = search.run(progress)
@@ -506,6 +532,7 @@ def cbs(
             prune=prune,
             epsilon=epsilon,
             suffix_length=len(suffix),
+            anchor=anchor,
         ))
     return results
 
