@@ -65,7 +65,7 @@ def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
         "distance": distance,
         "rate": {d: {str(e): float((lb[:, e] >= tau).mean()) for e in range(lb.shape[1])} for d, lb in lower.items()},
         "bleu_rate": float((column("cbs_bleu_mass").astype(np.float64) >= tau).mean()),
-        "mean_token_evals": float(column("cbs_token_evals").astype(np.float64).mean()),
+        "mean_token_evals": float(column("token_evals.cbs").astype(np.float64).mean()),
         "stops": {str(k): int(v) for k, v in zip(stops, counts)},
     }
     label = config.cbs_policy().label
