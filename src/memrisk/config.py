@@ -101,6 +101,7 @@ class CBSConfig(_Strict):
     tau_min_stop: bool = True
     tighter_levenshtein: bool = False
     tail_closure: bool = False
+    anchor: bool = True
     max_children: int = Field(256, ge=1)
     stored_candidates: int = Field(10, ge=0)
     bleu_threshold: float = Field(0.75, gt=0.0, le=1.0)

@@ -172,9 +172,11 @@ def score_examples(
         if "greedy" in config.methods
         else None
     )
+    bos = 0 if lm.bos_token_id is None else 1
     records = []
     for i, example in enumerate(examples):
         w = example.window
+        prefix_evals, suffix_length = bos + len(w.prefix_ids), len(w.suffix_ids)
         record: dict[str, Any] = {
             "example_id": example.example_id,
             "dataset": example.dataset,
@@ -194,6 +196,7 @@ def score_examples(
             for j, label in enumerate(labels):
                 record[f"log_p.{label}"] = float(scores.log_p[i, j])
                 record[f"token_log_p.{label}"] = scores.token_log_probs[i, j].tolist()
+            record["token_evals.probabilistic"] = prefix_evals + suffix_length
         if greedy is not None:
             g = greedy[i]
             record |= {
@@ -202,6 +205,7 @@ def score_examples(
                 "greedy_exact": g.exact,
                 "greedy_hamming": g.hamming,
                 "greedy_levenshtein": g.levenshtein,
+                "token_evals.greedy": prefix_evals + suffix_length - 1,
             }
         records.append(record)
     if "cbs" in config.methods:
@@ -210,8 +214,10 @@ def score_examples(
     if prior is not None:
         own = [f"{e.dataset}/{e.window.doc_id}" for e in examples] if config.prior_aware.exclude_own_document else None
         scores = prior_aware(lm, prefixes, suffixes, prior.bank, prior.m, prior.n, trials=config.prior_aware.trials, documents=own)
+        bank_rows = scores.prefixes_per_trial * scores.trials
         for record, result in zip(records, scores.results):
-            record |= prior_aware_record(result)
+            own = bos + len(record["prefix_ids"]) + len(record["suffix_ids"])
+            record |= prior_aware_record(result) | {"token_evals.prior_aware": own + bank_rows * len(record["suffix_ids"])}
     return records
 
 
@@ -222,7 +228,7 @@ def run_cbs(config: ExperimentConfig, lm: LanguageModel, prefixes: list[list[int
         lm, prefixes, suffixes, config.cbs_policy().policy(),
         beam_width=c.beam_width, prune=c.prune_mode, epsilon=c.epsilon,
         tau_min=config.tau_min if c.tau_min_stop else None, tighter_levenshtein=c.tighter_levenshtein,
-        tail_closure=c.tail_closure, max_children=c.max_children,
+        tail_closure=c.tail_closure, max_children=c.max_children, anchor=c.anchor,
     )
 
 
@@ -242,7 +248,7 @@ def cbs_record(config: ExperimentConfig, lm: LanguageModel, result: CBSResult, s
         "cbs_covered_mass": result.covered_mass,
         "cbs_bank": result.bank,
         "cbs_eos_mass": result.eos_mass,
-        "cbs_token_evals": result.token_evals + result.closure_token_evals,
+        "token_evals.cbs": result.token_evals + result.closure_token_evals,
         "cbs_stop": result.stop.reason,
         "cbs_stop_step": result.stop.step,
         "cbs_log_p": [cand.log_p for cand in result.candidates],
@@ -300,7 +306,8 @@ def fitting_batch_size(config: ExperimentConfig, lm: LanguageModel) -> int:
     longest = max(w.prefix_length, config.prior_aware.prefix_length or 0) + w.suffix_length + 1
     size = auto_batch_size(lm, sequence_length=longest, scored_positions=w.suffix_length + 1)
     if "cbs" in config.methods:
-        size = min(size, auto_batch_size(lm, sequence_length=longest, scored_positions=1, rows_per_sequence=config.cbs.beam_width))
+        rows = config.cbs.beam_width + int(config.cbs.anchor)
+        size = min(size, auto_batch_size(lm, sequence_length=longest, scored_positions=1, rows_per_sequence=rows))
     return size
 
 
