@@ -78,7 +78,7 @@ def record(i: int, rng: np.random.Generator, memorized: float, control: bool) ->
         "greedy_hamming": 0 if exact else int(rng.integers(1, T)), "greedy_levenshtein": 0 if exact else int(rng.integers(1, T)),
         "cbs_lower.levenshtein": lower, "cbs_upper.levenshtein": [x + 0.01 for x in lower],
         "cbs_lower.hamming": lower, "cbs_upper.hamming": [x + 0.01 for x in lower],
-        "cbs_covered_mass": lower[-1], "cbs_bank": 0.01, "cbs_eos_mass": 0.0, "cbs_token_evals": int(rng.integers(50, 1030)),
+        "cbs_covered_mass": lower[-1], "cbs_bank": 0.01, "cbs_eos_mass": 0.0, "token_evals.cbs": int(rng.integers(50, 1030)),
         "cbs_stop": "completed" if lower[-1] else "tau_min", "cbs_stop_step": T,
         "cbs_log_p": cand_log_p, "cbs_hamming": rng.integers(0, 6, found).tolist(),
         "cbs_levenshtein": rng.integers(0, 6, found).tolist(), "cbs_bleu_mass": lower[-1],

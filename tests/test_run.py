@@ -158,7 +158,8 @@ def test_cbs_method_writes_bounds_masses_and_summary(tmp_path, model_dir) -> Non
             lower, upper = row[f"cbs_lower.{distance}"], row[f"cbs_upper.{distance}"]
             assert len(lower) == 3 and lower == sorted(lower)
             assert all(lo <= up + 1e-12 for lo, up in zip(lower, upper))
-        assert row["cbs_token_evals"] <= 6 + (5 - 1) * 3
+        assert row["token_evals.cbs"] <= 6 + (5 - 1) * (3 + 1)
+        assert (row["token_evals.probabilistic"], row["token_evals.greedy"]) == (6 + 5, 6 + 5 - 1)
         assert len(row["cbs_top"]) <= 2 and len(row["cbs_log_p"]) == len(row["cbs_levenshtein"])
         assert all(d <= 2 for d in row["cbs_levenshtein"])
         assert row["cbs_stop"] in ("completed", "no_viable", "tau_min")
