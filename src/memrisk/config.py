@@ -92,7 +92,13 @@ class PolicyConfig(_Strict):
 
 
 class CBSConfig(_Strict):
-    """Decoding-constrained beam search settings (CBS paper §4; defaults: its recommended run)."""
+    """Decoding-constrained beam search settings (CBS paper §4; defaults: its recommended run).
+
+    `anchor` keeps the target's own path in the beam (docs/cbs.md; false: the paper's search).
+    `text_metrics` adds the BLEU ≥ `bleu_threshold` and character-distance masses of CBS §F.9,
+    measured as the paper does on the baseline k-CBS candidates: a second, unpruned search when
+    `prune` is set.
+    """
 
     policy: str | None = None
     beam_width: int = Field(20, ge=1)
@@ -104,6 +110,7 @@ class CBSConfig(_Strict):
     anchor: bool = True
     max_children: int = Field(256, ge=1)
     stored_candidates: int = Field(10, ge=0)
+    text_metrics: bool = False
     bleu_threshold: float = Field(0.75, gt=0.0, le=1.0)
     char_epsilons: list[int] = Field(default_factory=lambda: [0, 5, 10, 25])
 

@@ -209,8 +209,13 @@ def score_examples(
             }
         records.append(record)
     if "cbs" in config.methods:
-        for record, result in zip(records, run_cbs(config, lm, prefixes, suffixes)):
-            record |= cbs_record(config, lm, result, record["suffix_text"])
+        results = run_cbs(config, lm, prefixes, suffixes)
+        for record, result in zip(records, results):
+            record |= cbs_record(config, lm, result)
+        if config.cbs.text_metrics:
+            baseline = results if config.cbs.prune_mode is None else run_cbs(config, lm, prefixes, suffixes, prune=None, tail_closure=False)
+            for record, result in zip(records, baseline):
+                record |= text_record(config, lm, result, record["suffix_text"], separate=config.cbs.prune_mode is not None)
     if prior is not None:
         own = [f"{e.dataset}/{e.window.doc_id}" for e in examples] if config.prior_aware.exclude_own_document else None
         scores = prior_aware(lm, prefixes, suffixes, prior.bank, prior.m, prior.n, trials=config.prior_aware.trials, documents=own)
@@ -221,25 +226,42 @@ def score_examples(
     return records
 
 
-def run_cbs(config: ExperimentConfig, lm: LanguageModel, prefixes: list[list[int]], suffixes: list[list[int]]) -> list[CBSResult]:
-    """CBS over a chunk of examples with the config's settings."""
+def run_cbs(
+    config: ExperimentConfig, lm: LanguageModel, prefixes: list[list[int]], suffixes: list[list[int]], **override: Any
+) -> list[CBSResult]:
+    """CBS over a chunk of examples with the config's settings (`override`: e.g. prune=None for the baseline)."""
     c = config.cbs
-    return cbs(
-        lm, prefixes, suffixes, config.cbs_policy().policy(),
-        beam_width=c.beam_width, prune=c.prune_mode, epsilon=c.epsilon,
-        tau_min=config.tau_min if c.tau_min_stop else None, tighter_levenshtein=c.tighter_levenshtein,
-        tail_closure=c.tail_closure, max_children=c.max_children, anchor=c.anchor,
+    settings = {
+        "beam_width": c.beam_width, "prune": c.prune_mode, "epsilon": c.epsilon,
+        "tau_min": config.tau_min if c.tau_min_stop else None, "tighter_levenshtein": c.tighter_levenshtein,
+        "tail_closure": c.tail_closure, "max_children": c.max_children, "anchor": c.anchor,
+    } | override
+    return cbs(lm, prefixes, suffixes, config.cbs_policy().policy(), **settings)
+
+
+def text_record(config: ExperimentConfig, lm: LanguageModel, baseline: CBSResult, suffix_text: str, *, separate: bool) -> dict[str, Any]:
+    """Text-metric columns from the baseline k-CBS candidates (CBS §F.9, Table 15): the mass with
+    BLEU ≥ threshold, within each character distance, and within each token Levenshtein ε on the
+    same set; `separate` when the baseline was a second, unpruned search (its cost is recorded)."""
+    c = config.cbs
+    text = text_masses(
+        baseline, lm.decode, suffix_text, bleu_threshold=c.bleu_threshold, char_epsilons=c.char_epsilons,
+        negligible=config.tau_min * 1e-3,
     )
+    columns = {
+        "cbs_bleu_mass": text.bleu,
+        "cbs_char_levenshtein_mass": [text.char_levenshtein[e] for e in c.char_epsilons],
+        "cbs_baseline_lower.levenshtein": [baseline.lower_bound("levenshtein", e) for e in range(c.epsilon + 1)],
+    }
+    if separate:
+        columns["token_evals.cbs_baseline"] = baseline.token_evals
+    return columns
 
 
-def cbs_record(config: ExperimentConfig, lm: LanguageModel, result: CBSResult, suffix_text: str) -> dict[str, Any]:
+def cbs_record(config: ExperimentConfig, lm: LanguageModel, result: CBSResult) -> dict[str, Any]:
     """Record columns of one CBS result: bounds per ε, cost, stop, all masses, top candidates with text."""
     c = config.cbs
     epsilons = range(c.epsilon + 1)
-    text = text_masses(
-        result, lm.decode, suffix_text, bleu_threshold=c.bleu_threshold, char_epsilons=c.char_epsilons,
-        negligible=config.tau_min * 1e-3,
-    )
     columns: dict[str, Any] = {}
     for distance in ("levenshtein", "hamming"):
         columns[f"cbs_lower.{distance}"] = [result.lower_bound(distance, e) for e in epsilons]
@@ -254,8 +276,6 @@ def cbs_record(config: ExperimentConfig, lm: LanguageModel, result: CBSResult, s
         "cbs_log_p": [cand.log_p for cand in result.candidates],
         "cbs_hamming": [cand.hamming for cand in result.candidates],
         "cbs_levenshtein": [cand.levenshtein for cand in result.candidates],
-        "cbs_bleu_mass": text.bleu,
-        "cbs_char_levenshtein_mass": [text.char_levenshtein[e] for e in c.char_epsilons],
         "cbs_top": [
             {"tokens": list(cand.tokens), "text": lm.decode(cand.tokens), "log_p": cand.log_p,
              "hamming": cand.hamming, "levenshtein": cand.levenshtein}

@@ -64,10 +64,11 @@ def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     out: dict[str, Any] = {
         "distance": distance,
         "rate": {d: {str(e): float((lb[:, e] >= tau).mean()) for e in range(lb.shape[1])} for d, lb in lower.items()},
-        "bleu_rate": float((column("cbs_bleu_mass").astype(np.float64) >= tau).mean()),
         "mean_token_evals": float(column("token_evals.cbs").astype(np.float64).mean()),
         "stops": {str(k): int(v) for k, v in zip(stops, counts)},
     }
+    if config.cbs.text_metrics:
+        out["text_metrics"] = text_metric_stats(column, config)
     label = config.cbs_policy().label
     if "probabilistic" not in config.methods:
         return out
@@ -88,6 +89,19 @@ def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
         "missed": [str(x) for x in column("example_id")[extractable & ~found]],
     }
     return out
+
+
+def text_metric_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
+    """CBS Table 15 on the baseline k-CBS candidates: windows whose BLEU ≥ threshold mass, and whose
+    token-Levenshtein ε mass, reach τ_min; both, Levenshtein only, BLEU only (CBS §F.9)."""
+    tau, epsilon = config.tau_min, config.cbs.epsilon
+    bleu = column("cbs_bleu_mass").astype(np.float64) >= tau
+    lev = np.array([list(v) for v in column("cbs_baseline_lower.levenshtein")], dtype=np.float64)[:, epsilon] >= tau
+    return {
+        "bleu_threshold": config.cbs.bleu_threshold, "levenshtein_epsilon": epsilon,
+        "bleu": int(bleu.sum()), "levenshtein": int(lev.sum()),
+        "both": int((bleu & lev).sum()), "levenshtein_only": int((lev & ~bleu).sum()), "bleu_only": int((bleu & ~lev).sum()),
+    }
 
 
 def prior_aware_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
