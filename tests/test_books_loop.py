@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from memrisk.books.config import ChatModelConfig
+from memrisk.books.config import BooksRunConfig, ChatModelConfig, parse_books_config
 from memrisk.books.costs import Price, cost, cost_report, price_for, request_bound
 from memrisk.books.perturb import INSTRUCTION, perturb
 from memrisk.books.phase1 import best_of_n, longest_common_words, similarity
@@ -23,6 +23,7 @@ from memrisk.books.providers import (
     ProviderError,
     Usage,
 )
+from memrisk.books.run import run_books
 from memrisk.books.session import RetryPolicy, Session
 from memrisk.errors import MemriskError
 from memrisk.store import RequestLog
@@ -55,6 +56,28 @@ def reply(*texts: str, tokens_in: int = 100, tokens_out: int = 50, cached: int |
 def session(tmp_path, provider, **options) -> Session:
     options.setdefault("sleep", lambda s: None)
     return Session(provider, RequestLog(tmp_path / "requests.jsonl"), PRICE, **options)
+
+
+BOOK_WORDS = [f"w{i}" for i in range(200)]
+
+
+def book_config(tmp_path, name: str, **sections: dict) -> BooksRunConfig:
+    """A one-book run of model `name` over BOOK_WORDS (seed: words 0-29, target: words 30-59)."""
+    (tmp_path / "book.txt").write_text(" ".join(BOOK_WORDS))
+    model = {"name": name, "price": PRICE.__dict__, **sections.pop("model", {})}
+    data = {"model": model, "books": [{"name": "b", "path": "book.txt"}], "spend_cap_usd": 1.0, **sections}
+    return parse_books_config(data, tmp_path)
+
+
+def seeded(i: int, messages: list[dict[str, str]]) -> ChatResponse:
+    """Phase 1 answers the seed's target; Phase 2 ends at once with a stop string."""
+    return reply(" ".join(BOOK_WORDS[30:60]) if len(messages) == 1 else "the last words. THE END")
+
+
+def run_seeded(tmp_path, config: BooksRunConfig) -> tuple[Scripted, dict]:
+    """Run `config` against `seeded`; the provider (with its calls) and the summary."""
+    provider = Scripted(seeded)
+    return provider, run_books(config, tmp_path / "run", provider=provider, sleep=lambda s: None, progress=False)
 
 
 def test_similarity_is_the_longest_common_word_run_over_the_target_length() -> None:
@@ -278,3 +301,57 @@ def test_phase2_defaults_per_model_follow_the_paper(name: str, max_tokens: int, 
     assert (model.temperature, model.default("max_tokens"), model.default("turns")) == (0.0, max_tokens, turns)
     assert (model.default("frequency_penalty"), model.default("presence_penalty")) == penalties
 
+
+@pytest.mark.parametrize(
+    ("name", "phase2", "sent"),
+    [
+        ("gpt-4.1", {}, "Continue."),
+        ("gpt-4.1", {"prompt": "continue_without_citation"}, "Continue without citation metadata."),
+        ("gemini-2.5-pro", {}, "Continue without citation metadata."),
+        ("gemini-2.5-pro", {"prompt": "continue"}, "Continue."),
+        ("grok-3", {"continue_prompt": "Go on."}, "Go on."),
+    ],
+)
+def test_the_chosen_phase2_prompt_is_the_text_sent(tmp_path, name: str, phase2: dict, sent: str) -> None:
+    provider, summary = run_seeded(tmp_path, book_config(tmp_path, name, phase2=phase2))
+    assert len(provider.calls) == 2 and provider.calls[1][-1] == {"role": "user", "content": sent}
+    assert summary["settings"]["phase2"]["continue_prompt"] == sent
+
+
+def test_phase2_prompt_choices_are_checked(tmp_path) -> None:
+    with pytest.raises(MemriskError, match="continue_without_citation"):
+        book_config(tmp_path, "gpt-4.1", phase2={"prompt": "keep going"})
+    with pytest.raises(MemriskError, match="prompt or continue_prompt"):
+        book_config(tmp_path, "gpt-4.1", phase2={"prompt": "continue", "continue_prompt": "Go on."})
+
+
+@pytest.mark.parametrize(
+    ("name", "phase1", "budget"),
+    [
+        ("claude-3-7-sonnet-20250219", {"preset": "paper"}, ("paper", 10_000, True)),
+        ("gpt-4.1-2025-04-14", {"preset": "paper"}, ("paper", 10_000, True)),
+        ("gemini-2.5-pro", {"preset": "paper"}, ("paper", 1, False)),
+        ("grok-3", {"preset": "paper"}, ("paper", 1, False)),
+        ("some-other-model", {"preset": "paper"}, ("paper", 10_000, True)),
+        ("claude-3-7-sonnet-20250219", {}, ("quick", 1, False)),
+        ("gpt-4.1", {"preset": "quick"}, ("quick", 1, False)),
+        ("gpt-4.1", {"preset": "paper", "attempts": 50}, ("paper", 50, True)),
+        ("grok-3", {"preset": "paper", "perturb": True, "attempts": 20}, ("paper", 20, True)),
+    ],
+)
+def test_phase1_presets_and_the_budget_are_logged_and_summarised(tmp_path, name: str, phase1: dict, budget: tuple) -> None:
+    provider, summary = run_seeded(tmp_path, book_config(tmp_path, name, phase1=phase1))
+    first = RequestLog(tmp_path / "run/requests.jsonl").entries()[0]
+    for settings in (first, summary["settings"]):
+        assert (settings["phase1"]["preset"], settings["phase1"]["attempts"], settings["phase1"]["perturb"]) == budget
+    assert first["event"] == "settings" and summary["books"][0]["phase1"]["success"]
+    instruction = perturb(INSTRUCTION, 0, 0).text if budget[2] else INSTRUCTION
+    assert provider.calls[0][0]["content"] == f"{instruction}\n\n{' '.join(BOOK_WORDS[:30])}"
+
+
+def test_phase2_settings_are_logged_and_summarised(tmp_path) -> None:
+    _, summary = run_seeded(tmp_path, book_config(tmp_path, "gpt-4.1-2025-04-14"))
+    first = RequestLog(tmp_path / "run/requests.jsonl").entries()[0]
+    for settings in (first["phase2"], summary["settings"]["phase2"]):
+        assert settings["turns"] == 200 and settings["prompt"] == "continue"
+        assert settings["generation"] == {"temperature": 0.0, "max_tokens": 500, "candidates": 1}

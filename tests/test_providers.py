@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from memrisk.books.config import parse_books_config
 from memrisk.books.providers import (
     AnthropicProvider,
     GeminiProvider,
@@ -31,6 +32,7 @@ from memrisk.books.providers import (
     Usage,
     make_provider,
 )
+from memrisk.books.run import run_books
 from memrisk.errors import MemriskError
 
 ANTHROPIC_ENV, ANTHROPIC_KEY = "MEMRISK_TEST_ANTHROPIC_KEY", "sk-ant-test-0123"
@@ -291,6 +293,70 @@ def test_gemini_blocked_prompt_has_no_candidates(api: FakeAPI) -> None:
     assert response.usage == Usage(input=9, output=0, cached_input=None)
     assert response.model == "gemini-test"
     assert "OTHER" in response.metadata["prompt_feedback"]
+
+
+def thinking_config(body: dict[str, Any]) -> dict[str, Any] | None:
+    """generationConfig.thinkingConfig in camel case (proto JSON takes both spellings; google-genai 3 writes
+    the inner fields in snake case, older releases in camel case)."""
+    config = body["generationConfig"].get("thinkingConfig")
+    return None if config is None else {re.sub(r"_(\w)", lambda m: m.group(1).upper(), k): v for k, v in config.items()}
+
+
+def gemini_run(api: FakeAPI, tmp_path: Any, **model: Any) -> list[dict[str, Any]]:
+    """A books run of a Gemini model against `api`: Phase 1 meets its target, Phase 2 stops at once; the request bodies."""
+    words = [f"w{i}" for i in range(80)]
+    (tmp_path / "book.txt").write_text(" ".join(words))
+    api.queue(generated((" ".join(words[30:60]), "STOP")), generated(("w60 w61 THE END", "STOP")))
+    config = parse_books_config({
+        "model": {"provider": "gemini", "base_url": api.url, "api_key_env": GEMINI_ENV, "price": {"input": 1, "cached_input": 0.25, "output": 10}, **model},
+        "books": [{"name": "b", "path": "book.txt"}], "spend_cap_usd": 1.0,
+    }, tmp_path)
+    run_books(config, tmp_path / "run", progress=False)
+    assert all(re.fullmatch(rf"/v1(beta)?/models/{model['name']}:generateContent", r.path) for r in api.requests)
+    return [r.body for r in api.requests]
+
+
+def test_gemini_2_5_pro_runs_with_the_papers_settings(api: FakeAPI, tmp_path) -> None:
+    """Books §4.3 and App. C.2.1: thinking budget at its minimum (128 for 2.5 Pro, which cannot turn thinking
+    off), "Continue without citation metadata.", 2000 tokens, penalties 2.0 / 0.1, temperature 0."""
+    phase1, phase2 = gemini_run(api, tmp_path, name="gemini-2.5-pro")
+    assert thinking_config(phase1) == thinking_config(phase2) == {"thinkingBudget": 128}
+    assert {k: v for k, v in phase1["generationConfig"].items() if k != "thinkingConfig"} == {
+        "temperature": 0.0, "maxOutputTokens": 1000, "candidateCount": 1,
+    }
+    assert {k: v for k, v in phase2["generationConfig"].items() if k != "thinkingConfig"} == {
+        "temperature": 0.0, "maxOutputTokens": 2000, "candidateCount": 1, "frequencyPenalty": 2.0, "presencePenalty": 0.1,
+    }
+    assert phase2["contents"][-1] == {"role": "user", "parts": [{"text": "Continue without citation metadata."}]}
+
+
+@pytest.mark.parametrize(
+    ("model", "thinking"),
+    [
+        ({"name": "gemini-2.5-flash"}, {"thinkingBudget": 0}),
+        ({"name": "gemini-2.5-flash-lite"}, {"thinkingBudget": 0}),
+        ({"name": "gemini-2.5-pro", "thinking_budget": 1024}, {"thinkingBudget": 1024}),
+        ({"name": "gemini-2.5-pro", "thinking_budget": -1}, {"thinkingBudget": -1}),
+        ({"name": "gemini-2.5-pro", "thinking_budget": None}, None),
+        ({"name": "gemini-2.0-flash"}, None),
+    ],
+)
+def test_gemini_thinking_budget_setting(api: FakeAPI, tmp_path, model: dict[str, Any], thinking: dict[str, int] | None) -> None:
+    for body in gemini_run(api, tmp_path, **model):
+        assert thinking_config(body) == thinking
+
+
+@pytest.mark.parametrize(
+    ("model", "problem"),
+    [
+        ({"name": "gpt-4.1", "thinking_budget": 128}, r"model: thinking_budget 128 is a gemini setting; the openai provider takes none"),
+        ({"provider": "gemini", "name": "gemini-2.5-pro", "thinking_budget": -2}, r"model.thinking_budget: .*got -2"),
+        ({"provider": "gemini", "name": "gemini-2.5-pro", "thinking_budget": "max"}, r"model.thinking_budget: .*got 'max'"),
+    ],
+)
+def test_thinking_budget_is_checked(model: dict[str, Any], problem: str) -> None:
+    with pytest.raises(MemriskError, match=problem):
+        parse_books_config({"model": model, "books": [{"name": "b", "path": "b.txt"}], "spend_cap_usd": 1})
 
 
 @pytest.mark.parametrize(

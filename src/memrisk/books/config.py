@@ -12,20 +12,41 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memrisk.books.perturb import INSTRUCTION
 from memrisk.books.phase1 import PROMPT_TEMPLATE, SUCCESS_THRESHOLD
-from memrisk.books.phase2 import CONTINUE_PROMPT, REFUSAL_PATTERNS, STOP_STRINGS
+from memrisk.books.phase2 import PROMPTS, REFUSAL_PATTERNS, STOP_STRINGS, PromptName
 from memrisk.config import read_yaml_mapping, validated
 
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "claude-3-7-sonnet": {"max_tokens": 250, "turns": 600},
     "grok-3": {"max_tokens": 500, "turns": 300},
-    "gemini-2.5-pro": {"max_tokens": 2000, "turns": 300, "frequency_penalty": 2.0, "presence_penalty": 0.1},
+    "gemini-2.5-pro": {
+        "max_tokens": 2000, "turns": 300, "frequency_penalty": 2.0, "presence_penalty": 0.1, "prompt": "continue_without_citation",
+    },
     "gpt-4.1": {"max_tokens": 500, "turns": 200},
 }
-FALLBACK_DEFAULTS: dict[str, Any] = {"max_tokens": 500, "turns": 300}
+FALLBACK_DEFAULTS: dict[str, Any] = {"max_tokens": 500, "turns": 300, "prompt": "continue"}
+GEMINI_MIN_THINKING: dict[str, int] = {"gemini-2.5-pro": 128, "gemini-2.5-flash": 0, "gemini-2.5-flash-lite": 0}
+PHASE1_PRESETS: dict[str, dict[str, tuple[int, bool]]] = {
+    "quick": {"": (1, False)},
+    "paper": {
+        "": (10_000, True), "claude-3-7-sonnet": (10_000, True), "gpt-4.1": (10_000, True),
+        "gemini-2.5-pro": (1, False), "grok-3": (1, False),
+    },
+}
+
+
+def by_prefix(table: dict[str, Any], name: str) -> Any:
+    """The entry of `table` under the longest key `name` starts with ("" matches every name); None if none does."""
+    keys = sorted((key for key in table if name.startswith(key)), key=len, reverse=True)
+    return table[keys[0]] if keys else None
+
+
+def model_default(name: str, field: str) -> Any:
+    """The default of `field` for model `name`: Books App. C.2.1, Table 4 and §4.3 for the paper's models, else FALLBACK_DEFAULTS."""
+    return (by_prefix(MODEL_DEFAULTS, name) or {}).get(field, FALLBACK_DEFAULTS.get(field))
 
 
 class _Strict(BaseModel):
@@ -43,7 +64,8 @@ class PriceConfig(_Strict):
 
 
 class ChatModelConfig(_Strict):
-    """The chat model and its Phase 2 generation settings (unset ones from MODEL_DEFAULTS)."""
+    """The chat model and its Phase 2 generation settings (unset ones from MODEL_DEFAULTS); Gemini's
+    thinking budget is minimised by default (`min`, Books §4.3)."""
 
     provider: Literal["openai", "anthropic", "gemini"] = "openai"
     name: str
@@ -55,17 +77,35 @@ class ChatModelConfig(_Strict):
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     turns: int | None = Field(None, ge=0)
+    thinking_budget: int | str | None = "min"
     price: PriceConfig | None = None
 
-    def default(self, field: str) -> Any:
-        """The configured value, else the Books App. C.2.1 default for this model."""
-        value = getattr(self, field)
-        if value is not None:
+    @field_validator("thinking_budget", mode="before")
+    @classmethod
+    def _min_or_tokens(cls, value: Any) -> Any:
+        if value is None or value == "min" or (type(value) is int and value >= -1):
             return value
-        for prefix, defaults in sorted(MODEL_DEFAULTS.items(), key=lambda kv: -len(kv[0])):
-            if self.name.startswith(prefix):
-                return defaults.get(field, FALLBACK_DEFAULTS.get(field))
-        return FALLBACK_DEFAULTS.get(field)
+        raise ValueError(f"give min, null (not sent), -1 (dynamic) or a number of tokens >= 0, got {value!r}")
+
+    @model_validator(mode="after")
+    def _thinking_budget_is_gemini_only(self) -> ChatModelConfig:
+        if isinstance(self.thinking_budget, int) and self.provider != "gemini":
+            raise ValueError(f"thinking_budget {self.thinking_budget} is a gemini setting; the {self.provider} provider takes none")
+        return self
+
+    def default(self, field: str) -> Any:
+        """The configured value, else the Books App. C.2.1 / Table 4 default for this model."""
+        value = getattr(self, field)
+        return model_default(self.name, field) if value is None else value
+
+    def thinking(self) -> int | None:
+        """The thinking budget sent (Gemini only): `min` is 0 where the model can turn thinking off,
+        else its smallest budget (128 for Gemini 2.5 Pro); None (not sent) for models not known."""
+        if self.provider != "gemini" or self.thinking_budget is None:
+            return None
+        if self.thinking_budget == "min":
+            return by_prefix(GEMINI_MIN_THINKING, self.name)
+        return int(self.thinking_budget)
 
 
 class BookConfig(_Strict):
@@ -84,10 +124,14 @@ class BookConfig(_Strict):
 
 
 class Phase1Config(_Strict):
-    """Phase 1: instruction + prefix; Best-of-N over perturbed instructions when `perturb`."""
+    """Phase 1: instruction + prefix; Best-of-N over perturbed instructions when `perturb`. The
+    budget comes from `preset`: `quick` (one plain prompt) or `paper` (Books §3.1, §4.1, Table 3:
+    Best-of-N up to 10,000 for Claude 3.7 Sonnet, GPT-4.1 and other models; one plain prompt,
+    N = 0, for Gemini 2.5 Pro and Grok 3); `attempts` and `perturb` override it."""
 
-    attempts: int = Field(1, ge=1, le=100_000)
-    perturb: bool = False
+    preset: Literal["quick", "paper"] = "quick"
+    attempts: int | None = Field(None, ge=1, le=100_000)
+    perturb: bool | None = None
     seed: int = 0
     concurrency: int = Field(1, ge=1, le=64)
     threshold: float = Field(SUCCESS_THRESHOLD, gt=0, le=1)
@@ -97,6 +141,13 @@ class Phase1Config(_Strict):
     instruction: str = INSTRUCTION
     template: str = PROMPT_TEMPLATE
     continue_on_failure: bool = False
+
+    def budget(self, model: str) -> tuple[int, bool]:
+        """(prompts sent at most, perturbed) for `model`: the preset's, overridden by `attempts` / `perturb`."""
+        preset_attempts, preset_perturb = by_prefix(PHASE1_PRESETS[self.preset], model)
+        attempts = preset_attempts if self.attempts is None else self.attempts
+        perturb = preset_perturb if self.perturb is None else self.perturb
+        return (attempts if perturb else 1), perturb
 
 
 class MatchConfig(_Strict):
@@ -119,13 +170,29 @@ class BackoffConfig(_Strict):
 
 
 class Phase2Config(_Strict):
-    """Phase 2: the continuation loop and its halting rules."""
+    """Phase 2: the continuation loop and its halting rules. The prompt is a named variant (`prompt`,
+    default per model: Books §4.3's "Continue without citation metadata." for Gemini 2.5 Pro, else
+    "Continue.") or any text (`continue_prompt`)."""
 
-    continue_prompt: str = CONTINUE_PROMPT
+    prompt: PromptName | None = None
+    continue_prompt: str | None = None
     empty_retry_delay_s: float = Field(1.0, ge=0)
     refusal: MatchConfig = MatchConfig(patterns=list(REFUSAL_PATTERNS), regex=True, case_sensitive=False)
     stop: MatchConfig = MatchConfig(patterns=list(STOP_STRINGS), regex=False, case_sensitive=True)
     backoff: BackoffConfig = BackoffConfig()
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> Phase2Config:
+        if self.prompt is not None and self.continue_prompt is not None:
+            raise ValueError("give prompt or continue_prompt, not both")
+        return self
+
+    def text(self, model: str) -> tuple[str, str]:
+        """(variant name, or "custom" for `continue_prompt`; the text sent) for `model`."""
+        if self.continue_prompt is not None:
+            return "custom", self.continue_prompt
+        name = self.prompt or model_default(model, "prompt")
+        return name, PROMPTS[name]
 
 
 class RefusalRetryConfig(_Strict):

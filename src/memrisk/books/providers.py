@@ -25,13 +25,15 @@ ErrorKind = Literal["rate_limit", "timeout", "server", "client"]
 @dataclass(frozen=True)
 class GenerationSettings:
     """Per-request generation settings (Books App. C.2.1 defaults: temperature 0; None: not sent,
-    the model's own default, for models that refuse the parameter)."""
+    the model's own default, for models that refuse the parameter). `thinking_budget` is Gemini's
+    (Books §4.3 minimises it)."""
 
     temperature: float | None = 0.0
     max_tokens: int = 500
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     candidates: int = 1
+    thinking_budget: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as logged with every request."""
@@ -218,15 +220,16 @@ class GeminiProvider:
         self._client = genai.Client(api_key=api_key(api_key_env), http_options=options)
 
     def complete(self, messages: list[dict[str, str]], settings: GenerationSettings) -> ChatResponse:
-        """One generate_content request with `settings.candidates` candidates."""
+        """One generate_content request with `settings.candidates` candidates and, when set, a thinking budget."""
         types = self._types
         contents = [
             types.Content(role="model" if m["role"] == "assistant" else "user", parts=[types.Part(text=m["content"])])
             for m in messages
         ]
+        thinking = None if settings.thinking_budget is None else types.ThinkingConfig(thinking_budget=settings.thinking_budget)
         config = types.GenerateContentConfig(
             temperature=settings.temperature, max_output_tokens=settings.max_tokens, candidate_count=settings.candidates,
-            frequency_penalty=settings.frequency_penalty, presence_penalty=settings.presence_penalty,
+            frequency_penalty=settings.frequency_penalty, presence_penalty=settings.presence_penalty, thinking_config=thinking,
         )
         try:
             response = self._client.models.generate_content(model=self.model, contents=contents, config=config)

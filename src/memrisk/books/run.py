@@ -2,9 +2,10 @@
 request log, resume, spend cap, nv-recall of the generation and the cost report.
 
 A run folder holds `config.yaml` and `manifest.json` (the config fingerprint guards resume),
-`requests.jsonl` (every request, response, error, match and halt), and per book
-`books/NAME/generation.txt`, `result.json` and `diff.html`; `books_summary.json` gathers them.
-Re-running the same command replays the answers in the log and continues where it stopped.
+`requests.jsonl` (each invocation's resolved settings first, then every request, response,
+error, match and halt), and per book `books/NAME/generation.txt`, `result.json` and
+`diff.html`; `books_summary.json` gathers them with the settings. Re-running the same command
+replays the answers in the log and continues where it stopped.
 """
 
 from __future__ import annotations
@@ -107,13 +108,16 @@ class BooksRun:
             self.provider, RequestLog(out / LOG), self.price, spend_cap=config.spend_cap_usd,
             retry=RetryPolicy(backoff.max_retries, backoff.initial_delay_s, backoff.factor, backoff.max_delay_s), sleep=sleep,
         )
+        self.settings = self._settings()
 
     def run(self) -> dict[str, Any]:
-        """Every book in order; returns (and stores) the summary."""
+        """Every book in order, after logging the settings; returns (and stores) the summary."""
+        self.session.record("settings", **self.settings)
         books = [self._book(b.name, self.texts[b.name], b.prefix, b.target) for b in self.config.books]
         summary = {
             "kind": "books",
             "model": {"provider": self.config.model.provider, "name": self.config.model.name},
+            "settings": self.settings,
             "spend_cap_usd": self.config.spend_cap_usd,
             "spent_usd": self.session.spent,
             "requests_sent": self.session.sent,
@@ -128,34 +132,68 @@ class BooksRun:
         if self.progress:
             print(message, file=sys.stderr, flush=True)
 
+    def _phase1_settings(self) -> GenerationSettings:
+        """Phase 1 requests: temperature, max tokens (1000, Books §3.1) and Gemini's thinking budget."""
+        model = self.config.model
+        return GenerationSettings(model.temperature, self.config.phase1.max_tokens, thinking_budget=model.thinking())
+
+    def _phase2_settings(self, candidates: int) -> GenerationSettings:
+        """Phase 2 requests: the model's Books App. C.2.1 settings with `candidates` answers per turn."""
+        model = self.config.model
+        return GenerationSettings(
+            model.temperature, model.default("max_tokens"), model.default("frequency_penalty"), model.default("presence_penalty"),
+            candidates, model.thinking(),
+        )
+
+    def _settings(self) -> dict[str, Any]:
+        """What this run sends, resolved: Phase 1 preset and budget, Phase 2 turns, prompt and generation settings."""
+        config, model = self.config, self.config.model
+        attempts, perturb = config.phase1.budget(model.name)
+        prompt, text = config.phase2.text(model.name)
+        settings: dict[str, Any] = {
+            "phase1": {
+                "preset": config.phase1.preset, "attempts": attempts, "perturb": perturb,
+                "generation": self._phase1_settings().as_dict(),
+            },
+            "phase2": {
+                "turns": model.default("turns"), "prompt": prompt, "continue_prompt": text,
+                "generation": self._phase2_settings(1).as_dict(),
+            },
+        }
+        if config.per_chapter:
+            per = config.per_chapter
+            settings["per_chapter"] = {
+                "turns": per.turns, "generation": self._phase2_settings(per.candidates).as_dict(),
+                "refusal_retry": per.refusal_retry.model_dump(),
+            }
+        return settings
+
     def _phase1(self, run_id: str, prefix: str, target: str) -> Phase1Result:
-        p1, model = self.config.phase1, self.config.model
-        settings = GenerationSettings(model.temperature, p1.max_tokens)
+        p1 = self.config.phase1
+        attempts, perturb = p1.budget(self.config.model.name)
         return best_of_n(
-            self.session, run_id, prefix, target, attempts=p1.attempts, seed=p1.seed, perturbed=p1.perturb,
-            settings=settings, concurrency=p1.concurrency, threshold=p1.threshold, instruction=p1.instruction, template=p1.template,
+            self.session, run_id, prefix, target, attempts=attempts, seed=p1.seed, perturbed=perturb, settings=self._phase1_settings(),
+            concurrency=p1.concurrency, threshold=p1.threshold, instruction=p1.instruction, template=p1.template,
         )
 
     def _phase2(self, run_id: str, first: Phase1Result, turns: int, candidates: int, retry: RefusalRetry | None) -> Phase2Result | None:
         best = first.best
         if first.halt or best is None or not (first.success or self.config.phase1.continue_on_failure):
             return None
-        model, p2 = self.config.model, self.config.phase2
-        settings = GenerationSettings(
-            model.temperature, model.default("max_tokens"), model.default("frequency_penalty"), model.default("presence_penalty"), candidates,
-        )
+        p2 = self.config.phase2
         rules = [MatchRule(kind, tuple(m.patterns), m.regex, m.case_sensitive, m.scope, m.scope_chars) for kind, m in (("refusal", p2.refusal), ("stop", p2.stop))]
         messages = [{"role": "user", "content": best.prompt}, {"role": "assistant", "content": best.response}]
         return continuation_loop(
-            self.session, run_id, messages, turns=turns, settings=settings, continue_prompt=p2.continue_prompt,
-            refusals=rules[0], stops=rules[1], empty_retry_delay_s=p2.empty_retry_delay_s, refusal_retry=retry, sleep=self.sleep,
+            self.session, run_id, messages, turns=turns, settings=self._phase2_settings(candidates),
+            continue_prompt=self.settings["phase2"]["continue_prompt"], refusals=rules[0], stops=rules[1],
+            empty_retry_delay_s=p2.empty_retry_delay_s, refusal_retry=retry, sleep=self.sleep,
         )
 
     def _book(self, name: str, text: str, prefix: str | None, target: str | None) -> dict[str, Any]:
         p1 = self.config.phase1
         if prefix is None or target is None:
             prefix, target = seed_split(text, p1.prefix_words, p1.target_words)
-        self._say(f"[{name}] phase 1: up to {p1.attempts if p1.perturb else 1} prompt(s)")
+        self._say(f"[{name}] phase 1 ({p1.preset}): up to {self.settings['phase1']['attempts']} prompt(s)")
         first = self._phase1(name, prefix, target)
         best = first.best
         self._say(f"[{name}] phase 1: {'success' if first.success else 'no success'}"
