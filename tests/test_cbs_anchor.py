@@ -122,3 +122,22 @@ def test_a_capped_nucleus_still_expands_the_target(model, cases, truth) -> None:
     for i, r in enumerate(cbs(model, prefixes, suffixes, POLICIES[1], beam_width=1, prune="levenshtein", epsilon=1,
                               max_children=1, anchor=True)):
         assert_equal_mass(r.lower_bound("levenshtein", 0), math.exp(forced[1][i]))
+
+
+@pytest.mark.parametrize("anchor", [True, False], ids=["anchored", "paper"])
+@pytest.mark.parametrize("policy", [DecodingPolicy(top_k=6), DecodingPolicy(top_p=0.9), DecodingPolicy()], ids=lambda p: p.name)
+def test_a_tau_min_stop_only_drops_windows_whose_lower_bound_stays_below_tau_min(model, cases, policy, anchor) -> None:
+    """The τ_min rule's promise (CBS App. D.2): a window stopped early would not have reached
+    τ_min had the search gone on; checked against the same search run to the end, for k-CBS and
+    nucleus CBS (k = the most children a beam element gets), anchored or not."""
+    prefixes, suffixes = [c[0] for c in cases], [c[1] for c in cases]
+    for tau_min in (0.5, 0.05, 1e-3):
+        kwargs = {"beam_width": 2, "prune": "levenshtein", "epsilon": 2, "anchor": anchor, "max_children": 4}
+        stopped = cbs(model, prefixes, suffixes, policy, tau_min=tau_min, **kwargs)
+        full = cbs(model, prefixes, suffixes, policy, **kwargs)
+        for early, late in zip(stopped, full):
+            if early.stop.reason == "tau_min":
+                assert late.lower_bound("levenshtein", 2) < tau_min
+            else:
+                assert [c.tokens for c in early.candidates] == [c.tokens for c in late.candidates]
+

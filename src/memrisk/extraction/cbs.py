@@ -163,6 +163,15 @@ class _Rows:
         )
 
 
+def tau_beam(tau_min: float, most_finals: int) -> float:
+    """The τ_min early-stop threshold (CBS App. D.2, Algorithm 1 line 26): τ_min over the most final
+    candidates a search can return, B·k for k-CBS. A beam whose best element is below it can never
+    reach τ_min, because its lower bound sums at most that many descendants, each no more likely.
+    For a nucleus, k is the most children a beam element gets (min(max_children, V)); with the
+    anchor row, B + 1 elements."""
+    return tau_min / most_finals
+
+
 def _validate(beam_width: int, prune: str | None, epsilon: int, tau_min: float | None, max_children: int) -> None:
     """One clear error for each invalid search parameter."""
     if beam_width < 1:
@@ -189,9 +198,9 @@ class _BeamSearch:
         self.beam_width, self.prune, self.epsilon, self.tighter, self.anchor = beam_width, prune, epsilon, tighter, anchor
         self.eos, self.batch_size, self.compaction = eos_token_id, batch_size, compaction
         self.children = min(max_children, policy.top_k or lm.vocab_size, lm.vocab_size)
-        self.log_tau_beam = (
-            math.log(tau_min / (beam_width * (policy.top_k or self.children))) if tau_min is not None else None
-        )
+        capped = self.children < min(policy.top_k or lm.vocab_size, lm.vocab_size)
+        most_finals = (beam_width + int(anchor)) * (self.children + int(anchor and capped))
+        self.log_tau_beam = math.log(tau_beam(tau_min, most_finals)) if tau_min is not None else None
         device = lm.device
         self.targets = padded(suffixes, max(len(s) for s in suffixes), device)
         self.target_lengths = torch.tensor([len(s) for s in suffixes], device=device)
