@@ -355,3 +355,19 @@ def test_phase2_settings_are_logged_and_summarised(tmp_path) -> None:
     for settings in (first["phase2"], summary["settings"]["phase2"]):
         assert settings["turns"] == 200 and settings["prompt"] == "continue"
         assert settings["generation"] == {"temperature": 0.0, "max_tokens": 500, "candidates": 1}
+
+
+def test_a_resume_under_other_resolved_defaults_or_an_edited_book_is_refused(tmp_path, monkeypatch) -> None:
+    """The resume check covers what a run sends, not only what its config says: a model default
+    that changed between versions, or an edited book, is named and refused."""
+    from memrisk.books import config as books_config
+
+    config = book_config(tmp_path, "gpt-4.1")
+    run_seeded(tmp_path, config)
+    monkeypatch.setitem(books_config.MODEL_DEFAULTS, "gpt-4.1", {"max_tokens": 500, "turns": 300})
+    with pytest.raises(MemriskError, match=r"different settings: resolved\.phase2\.turns: 200 → 300"):
+        run_seeded(tmp_path, book_config(tmp_path, "gpt-4.1"))
+    monkeypatch.undo()
+    (tmp_path / "book.txt").write_text(" ".join(BOOK_WORDS[:-1]))
+    with pytest.raises(MemriskError, match=r"different settings: book_sha256\.b: "):
+        run_seeded(tmp_path, parse_books_config(config.model_dump(mode="json"), tmp_path))

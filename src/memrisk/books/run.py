@@ -98,9 +98,10 @@ class BooksRun:
         self.provider = provider or make_provider(
             model.provider, model.name, base_url=model.base_url, api_key_env=model.api_key_env, timeout_s=model.timeout_s,
         )
+        self.settings = self._settings()
         dump = config.model_dump(mode="json")
         texts = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in self.texts.items()}
-        self.store = RecordStore.open(out, dump, dump | {"book_sha256": texts}, force=force)
+        self.store = RecordStore.open(out, dump, dump | {"book_sha256": texts, "resolved": self.settings}, force=force)
         if force:
             self.store.remove(LOG)
         backoff = config.phase2.backoff
@@ -108,7 +109,6 @@ class BooksRun:
             self.provider, RequestLog(out / LOG), self.price, spend_cap=config.spend_cap_usd,
             retry=RetryPolicy(backoff.max_retries, backoff.initial_delay_s, backoff.factor, backoff.max_delay_s), sleep=sleep,
         )
-        self.settings = self._settings()
 
     def run(self) -> dict[str, Any]:
         """Every book in order, after logging the settings; returns (and stores) the summary."""
