@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from memrisk.errors import MemriskError
 
@@ -89,11 +91,36 @@ def _books_score(args: argparse.Namespace) -> None:
         print(f"diff view written to {args.html}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose help can end with text made only when help is shown (so that
+    `memrisk books score` does not import what `memrisk run --help` describes)."""
+
+    def __init__(self, *args: Any, late_epilog: Callable[[], str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.late_epilog = late_epilog
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        return f"{text}\n{self.late_epilog()}\n" if self.late_epilog else text
+
+
+def _run_defaults() -> str:
+    from memrisk.config import defaults_text
+
+    return defaults_text()
+
+
+def _books_defaults() -> str:
+    from memrisk.books.config import defaults_text
+
+    return defaults_text()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the `memrisk` command."""
-    parser = argparse.ArgumentParser(prog="memrisk", description="Measure training-data extraction risk of language models.")
+    parser = _Parser(prog="memrisk", description="Measure training-data extraction risk of language models.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more detail")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="train a small model on a corpus with planted duplicates and measure extraction")
     demo.add_argument("--out", default="memrisk-demo", help="output folder (default: ./memrisk-demo)")
@@ -103,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--force", action="store_true", help="discard records of an earlier, different demo run in --out")
     demo.set_defaults(handler=_demo)
 
-    run = sub.add_parser("run", help="run an experiment from a YAML config (re-run to resume)")
+    run = sub.add_parser("run", help="run an experiment from a YAML config (re-run to resume)", late_epilog=_run_defaults)
     run.add_argument("config", help="experiment YAML file")
     run.add_argument("--out", help="output folder (default: runs/<config name>)")
     run.add_argument("--force", action="store_true", help="discard records made under a different config and start again")
@@ -123,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     books = sub.add_parser("books", help="book extraction from chat APIs (two-phase procedure) and nv-recall")
     books_sub = books.add_subparsers(dest="books_command", required=True)
-    books_run = books_sub.add_parser("run", help="run Phase 1 and Phase 2 from a YAML config (re-run to resume from the request log)")
+    books_run = books_sub.add_parser(
+        "run", help="run Phase 1 and Phase 2 from a YAML config (re-run to resume from the request log)", late_epilog=_books_defaults,
+    )
     books_run.add_argument("config", help="books-run YAML file")
     books_run.add_argument("--out", help="output folder (default: runs/<config name>)")
     books_run.add_argument("--force", action="store_true", help="discard the request log of a different config and start again")

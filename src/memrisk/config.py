@@ -322,3 +322,20 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 def load_config(path: str | Path) -> ExperimentConfig:
     """Read and validate a YAML experiment file."""
     return parse_config(read_yaml_mapping(path, "model, datasets"), Path(path).parent)
+
+
+def defaults_text() -> str:
+    """The result-changing defaults of an experiment, read from the config classes (for `memrisk run --help`)."""
+    def fields(model: type[BaseModel], names: str) -> str:
+        return ", ".join(f"{name} {model.model_fields[name].get_default(call_default_factory=True)}" for name in names.split())
+
+    policies = ExperimentConfig.model_fields["policies"].get_default(call_default_factory=True)
+    methods = ExperimentConfig.model_fields["methods"].get_default(call_default_factory=True)
+    return "\n".join([
+        "defaults (every one can be set in the YAML; the resolved config.yaml of a run lists them all):",
+        f"  policies: {', '.join(p.label for p in policies)}; methods: {', '.join(methods)}",
+        f"  windows: {fields(WindowConfig, 'mode prefix_length suffix_length stride')}",
+        f"  cbs: {fields(CBSConfig, 'beam_width prune epsilon anchor tau_min_stop text_metrics')} (CBS paper §4)",
+        f"  tau_min {ExperimentConfig.model_fields['tau_min'].default} (CBS paper App. F, (n,p) paper)",
+        f"  prior_aware: {fields(PriorAwareConfig, 'prefixes_per_trial trials exclude_own_document n')} (PA paper §4)",
+    ])

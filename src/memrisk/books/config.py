@@ -243,3 +243,14 @@ def parse_books_config(data: Any, base_dir: Path | None = None) -> BooksRunConfi
 def load_books_config(path: str | Path) -> BooksRunConfig:
     """Read and validate a books-run YAML file."""
     return parse_books_config(read_yaml_mapping(path, "model, books, spend_cap_usd"), Path(path).parent)
+
+
+def defaults_text() -> str:
+    """Per-model Phase 2 defaults and the Phase 1 presets, from the tables above (for `memrisk books run --help`)."""
+    lines = ["per-model defaults (Books App. C.2.1, Table 4, App. C.2.3, §4.3; other models: "
+             + ", ".join(f"{k} {v}" for k, v in FALLBACK_DEFAULTS.items()) + "):"]
+    lines += [f"  {name}: " + ", ".join(f"{k} {v}" for k, v in values.items()) for name, values in MODEL_DEFAULTS.items()]
+    lines.append("phase1.preset (prompts sent at most, perturbed), 'quick' by default:")
+    lines += [f"  {preset}: " + ", ".join(f"{name or 'other models'} {budget}" for name, budget in table.items())
+              for preset, table in PHASE1_PRESETS.items()]
+    return "\n".join(lines)
