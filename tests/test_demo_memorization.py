@@ -47,10 +47,13 @@ def test_near_verbatim_mass_on_planted_passages(demo_model, windows) -> None:
     recovery = verbatim[extractable].sum() / p_z[extractable].sum()
     missed = [w.example_id for w, e, v in zip(windows[0], extractable, verbatim) if e and v < TAU]
     print(f"recovery of teacher-forced p_z by LB(eps=0): {recovery:.4f}; missed windows: {missed}")
-    assert recovery >= 0.95
+    assert missed == [] and recovery == pytest.approx(1.0, rel=1e-4)  # anchored: the target's path is never pruned
     for r, p in zip(results, p_z):
+        # 50 steps from a KV cache vs one teacher-forced pass: float32 sums in another order
+        if p >= TAU:
+            assert r.lower_bound("levenshtein", 0) == pytest.approx(p, rel=1e-4)
         assert r.lower_bound("levenshtein", 0) <= p * (1 + 1e-4) + 1e-12
-        assert r.token_evals <= 50 + 49 * 20
+        assert r.token_evals <= 50 + 49 * (20 + 1)
 
 
 def test_held_out_passages_stay_below_tau(demo_model, windows) -> None:
