@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,11 +106,12 @@ FINISHED: dict[str, Path] = {}
 
 
 def finished_run(damage: Callable[[Path], None]) -> Builder:
-    """A run folder of exp.yaml on the tiny model (scored once per session, then copied), damaged by `damage`."""
+    """A run folder of exp.yaml on the tiny model (scored once per session, in pytest's temporary
+    folder of the session, then copied), damaged by `damage`."""
 
     def build(path: Path, lm: memrisk.LanguageModel) -> None:
         if "run" not in FINISHED:
-            FINISHED["run"] = Path(tempfile.mkdtemp(prefix="memrisk-finished-")) / "run"
+            FINISHED["run"] = path.parents[1] / "hostile-finished-run"
             run_experiment(load_config(path.parent / "exp.yaml"), FINISHED["run"], model=lm, progress=False)
         shutil.copytree(FINISHED["run"], path)
         damage(path)
