@@ -60,7 +60,7 @@ def record(i: int, dataset: str, log_p: float, lower: list[float], greedy_text: 
         "greedy_hamming": 0 if exact else 2, "greedy_levenshtein": 0 if exact else 1,
         "cbs_lower.levenshtein": lower, "cbs_upper.levenshtein": [x + 0.01 for x in lower],
         "cbs_lower.hamming": lower, "cbs_upper.hamming": [x + 0.01 for x in lower],
-        "cbs_covered_mass": lower[-1], "cbs_bank": 0.0, "cbs_eos_mass": 0.0, "cbs_token_evals": 12,
+        "cbs_covered_mass": lower[-1], "cbs_bank": 0.0, "cbs_eos_mass": 0.0, "token_evals.cbs": 12,
         "cbs_stop": "completed", "cbs_stop_step": 4, "cbs_log_p": [math.log(max(lower[-1], 1e-12))],
         "cbs_hamming": [1], "cbs_levenshtein": [1], "cbs_bleu_mass": 0.0, "cbs_char_levenshtein_mass": [0.0] * 4,
         "cbs_top": [{"tokens": [5, 6, 7, 9], "text": candidate, "log_p": math.log(max(lower[-1], 1e-12)), "hamming": 1, "levenshtein": 1}],
