@@ -547,3 +547,19 @@ def test_books_run_killed_at_random_moments_never_pays_twice(tmp_path, launcher,
           f"${sum(e['cost'] for e in logged):.6f} (cap ${limit:.6f})")
     assert not (out / LOCK).exists(), f"seed {SEED}: {LOCK} left after a clean exit"
     assert temporary_files(out) == [], f"seed {SEED}: temporary files left: {temporary_files(out)}"
+
+
+@pytest.mark.parametrize("command", ["run", "books run"])
+def test_a_folder_killed_while_created_is_left_clean_by_the_next_run(tmp_path, launcher, experiment, chat, command) -> None:
+    """Killed between the temporary copy of a new folder's first file and its rename, then run to
+    the end at once (no resume in between, as the kill schedules above have)."""
+    out = tmp_path / "out"
+    if command == "run":
+        args, env = ["run", str(experiment.path), "--out", str(out)], None
+    else:
+        args, env = ["books", "run", str(books_config(chat, tmp_path, 1.0)), "--out", str(out)], {KEY_VARIABLE: SECRET}
+    kill_run(launcher, args, kill := Kill("write:config.yaml", 1), env)
+    assert kill.status == -signal.SIGKILL and temporary_files(out)
+    complete_run(launcher, args, env)
+    assert not (out / LOCK).exists()
+    assert temporary_files(out) == [], f"temporary files left: {temporary_files(out)}"
