@@ -24,6 +24,8 @@ def _run(args: argparse.Namespace) -> None:
     from memrisk.report.text import summary_table
     from memrisk.runner import run_experiment
 
+    from memrisk.lock import locked_folder
+
     config = load_config(args.config)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     if args.ray is None:
@@ -32,7 +34,8 @@ def _run(args: argparse.Namespace) -> None:
         from memrisk.distributed import run_experiment_on_ray
 
         summary = run_experiment_on_ray(config, out, address=args.ray or None, force=args.force)
-    report = write_report([out])
+    with locked_folder(out):
+        report = write_report([out])
     print(summary_table(summary))
     print(f"\nrecords, summary.json and config in {out}/; report: {report}")
 

@@ -72,6 +72,7 @@ class RecordStore:
         root = Path(root)
         if not force:
             refuse_changed_settings(root, identity)
+        remove_temporary_files(root)
         manifest_path = root / MANIFEST
         if manifest_path.exists() and not force:
             store = cls(root, _read_manifest(root))
@@ -167,8 +168,7 @@ class RecordStore:
     def _remove_uncommitted_shards(self) -> None:
         """Delete shards a killed run wrote but never listed in the manifest."""
         committed = set(self.manifest["shards"])
-        leftovers = [*self.root.glob(".*.tmp"), *(self.root / RECORDS).glob(".*.tmp")]
-        for path in [*leftovers, *(self.root / RECORDS).glob("*.parquet")]:
+        for path in (self.root / RECORDS).glob("*.parquet"):
             if path.name not in committed:
                 path.unlink()
 
@@ -186,6 +186,13 @@ class RecordStore:
         if kept != self.manifest["shards"]:
             self.manifest |= {"shards": kept, "rows": rows}
             self._save_manifest()
+
+
+def remove_temporary_files(root: Path) -> None:
+    """Delete the temporary files (`.NAME.*.tmp`, any subfolder) that a killed write left behind;
+    only the folder's lock holder calls this, so none of them is being written."""
+    for path in root.rglob(".*.tmp"):
+        path.unlink(missing_ok=True)
 
 
 def refuse_changed_settings(root: Path, identity: Mapping[str, Any]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.demo.corpus import DemoCorpus, build_demo_corpus, generic_documents
 from memrisk.demo.train import train_demo_model
+from memrisk.lock import locked_folder
 from memrisk.models.backend import load_model
 from memrisk.report.html import write_report
 from memrisk.report.text import summary_table
@@ -88,7 +89,8 @@ def run_demo(
     lm = load_model(model, gguf_file=gguf_file, batch_size=DEMO_BATCH_SIZE)
     config = demo_config(corpus, model, generic_documents(corpus, lm.encode_with_offsets)[:DEMO_GENERIC_WINDOWS], gguf_file)
     summary = run_experiment(config, out_dir, model=lm, force=force, progress=progress)
-    report = write_report([out_dir])
+    with locked_folder(out_dir):
+        report = write_report([out_dir])
     print()
     print(summary_table(summary))
     print(f"\nrecords, summary.json and config in {out_dir}/; report: {report}  ({time.monotonic() - started:.0f} s)")
