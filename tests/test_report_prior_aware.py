@@ -107,3 +107,9 @@ def test_prior_aware_section_escapes_text_and_shows_infinite_ratios(tmp_path) ->
     assert cells(section.split("lowest ratios")[1])[1][3:6] == ["−∞", "-3.00", "−∞"]
     without_settings, pictures = prior_aware_section(dataclasses.replace(load_run(folder), prior={}), "")
     assert pictures == [] and "prior_aware.json is missing" in without_settings and "2/4 (50.00%)" in without_settings
+
+
+def test_default_prefixes_per_trial_is_the_papers_c() -> None:
+    # PA §4: "we prompt the model with 5000 randomly sampled sequences ... We repeat this for 5 trials"
+    config = parse_config({"model": {"name": "m"}, "datasets": [{"name": "d", "documents": ["x"]}]})
+    assert (config.prior_aware.prefixes_per_trial, config.prior_aware.trials) == (5000, 5)

@@ -129,7 +129,7 @@ class PriorAwareConfig(_Strict):
     generic sequences (PA Appendix B, or `generic_sequences`) unless given.
     """
 
-    prefixes_per_trial: int = Field(200, ge=1)
+    prefixes_per_trial: int = Field(5000, ge=1)
     trials: int = Field(5, ge=1)
     prefix_length: int | None = Field(None, ge=1)
     bank_datasets: list[str] | None = None
