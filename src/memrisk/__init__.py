@@ -7,6 +7,7 @@ neither torch nor transformers, such as `memrisk books score`) start at once.
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     )
     from memrisk.models.backend import LanguageModel, load_model
 
-__version__ = "0.1.0"
+__version__ = version("memrisk")  # the installed distribution's, written once in pyproject.toml
 
 _EXPORTS = {
     "NVRecall": "memrisk.books.nvrecall",
