@@ -239,11 +239,16 @@ def test_report_of_a_real_run(tmp_path, word_model) -> None:
         "windows": {"mode": "book", "prefix_length": 6, "suffix_length": 5, "stride": 60},
         "policies": [{"top_k": 3}, {"name": "full"}],
         "methods": ["probabilistic", "greedy", "cbs"],
-        "cbs": {"beam_width": 3, "epsilon": 2, "stored_candidates": 2, "char_epsilons": [0, 3]},
+        "cbs": {"policy": "full", "beam_width": 3, "epsilon": 2, "stored_candidates": 2, "char_epsilons": [0, 3]},
+        "tau_min": 1e-10,
     })
     run_experiment(run, tmp_path / "out", model=word_model, progress=False)
     page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
     assert page.count("data:image/png;base64,") == 7 and "Run: word-model" in page
+    a = metrics.run_arrays(RecordStore.existing(tmp_path / "out").read_records(), run)
+    shares = metrics.shell_shares(a.lower, run.tau_min)
+    assert shares.shape[0] >= 2, "the run extracts some windows near-verbatim"
+    assert np.abs(shares.sum(axis=1) - 1.0).max() <= 1e-12
 
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")

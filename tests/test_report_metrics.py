@@ -103,9 +103,11 @@ def test_unlocked_by_epsilon_grows_with_the_ball() -> None:
     assert [u["blue"] for u in per_eps] == [2, 2, 2]
 
 
-def test_mass_gain_uses_zero_for_impossible_suffixes() -> None:
-    gain = metrics.mass_gain(np.array(LOG_P), np.array(LOWER)[:, -1])
-    assert gain == pytest.approx([0.15, 2e-3 - 1e-4, 4e-3, -2e-3, 1e-3])
+def test_mass_gain_is_cbs_near_verbatim_minus_cbs_verbatim_mass() -> None:
+    # CBS eq. 50: Δ = p̂_{z,5} − p_z with p_z "the verbatim mass from k-CBS results" (LB_0), so never negative;
+    # the fourth window has a teacher-forced p_z = 2e-3 that CBS did not find (LB = 0): its gain is 0, not −2e-3
+    gain = metrics.mass_gain(np.array(LOWER))
+    assert gain == pytest.approx([0.15, 2e-3 - 1e-4, 4e-3, 0.0, 1e-3])
 
 
 def test_ccdf_curve_counts_the_whole_population() -> None:
@@ -129,7 +131,7 @@ def test_ccdf_points() -> None:
 
 
 def test_gain_table_population_and_extracted_set() -> None:
-    table = metrics.gain_table(np.array(LOG_P), np.array(LOWER), TAU)
+    table = metrics.gain_table(np.array(LOWER), TAU)
     assert table["population_count"] == 5 and table["extracted_count"] == 4
     assert table["any_gain"] == 0.8
     assert table["population"] == {"0.001": 0.8, "0.01": 0.2, "0.1": 0.2}
@@ -137,23 +139,41 @@ def test_gain_table_population_and_extracted_set() -> None:
 
 
 def test_shell_masses_and_shares() -> None:
-    masses = metrics.shell_masses(np.array(LOG_P), np.array(LOWER))
+    masses = metrics.shell_masses(np.array(LOWER))
     assert masses[0] == pytest.approx([0.5, 0.05, 0.1])
     assert masses[2] == pytest.approx([0.0, 0.0, 4e-3])
-    shares = metrics.shell_shares(np.array(LOG_P), np.array(LOWER), TAU)
+    assert masses[3].tolist() == [0.0, 0.0, 0.0]
+    shares = metrics.shell_shares(np.array(LOWER), TAU)
     assert shares.shape == (4, 3)
     assert shares[0] == pytest.approx([0.5 / 0.65, 0.05 / 0.65, 0.1 / 0.65])
-    assert shares[0].sum() == pytest.approx(1.0)
     assert shares[1] == pytest.approx([0.05, 0.2, 0.75])
     assert shares[2].tolist() == [0.0, 0.0, 1.0] and shares[3].tolist() == [0.0, 1.0, 0.0]
     assert metrics.medians(shares) == pytest.approx([0.05 / 2, 0.5 * (0.05 / 0.65 + 0.2), 0.5 * (0.1 / 0.65 + 0.75)])
 
 
+def test_shell_zero_is_the_cbs_verbatim_mass_not_the_teacher_forced_p_z() -> None:
+    # CBS eqs. 51–52: Δ(0) = p̂_{z,0}; a teacher-forced p_z = 0.3 that CBS missed must not enter the shares
+    lower = np.array([[0.0, 0.2, 0.5], [0.1, 0.1, 0.4]])
+    assert metrics.shell_masses(lower) == pytest.approx(np.array([[0.0, 0.2, 0.3], [0.1, 0.0, 0.3]]))
+    assert metrics.shell_shares(lower, TAU) == pytest.approx(np.array([[0.0, 0.4, 0.6], [0.25, 0.0, 0.75]]))
+
+
+def test_shell_shares_of_every_window_sum_to_one() -> None:
+    rng = np.random.default_rng(0)
+    scale = 10.0 ** rng.uniform(-9.0, 0.0, size=(500, 1))
+    lower = np.cumsum(rng.dirichlet(np.ones(6), size=500) * rng.uniform(0.0, 1.0, size=(500, 1)), axis=1) * scale
+    lower[::7, :3] = 0.0
+    shares = metrics.shell_shares(lower, 1e-12)
+    assert shares.shape == (500, 6)
+    assert np.abs(shares.sum(axis=1) - 1.0).max() <= 1e-12
+    assert shares[:, 0] == pytest.approx(lower[:, 0] / lower[:, -1], rel=1e-15)
+
+
 def test_shell_shares_with_all_zero_masses_are_empty() -> None:
-    shares = metrics.shell_shares(np.array([-math.inf, -math.inf]), np.zeros((2, 6)), TAU)
+    shares = metrics.shell_shares(np.zeros((2, 6)), TAU)
     assert shares.shape == (0, 6)
     assert metrics.medians(shares) == [None] * 6
-    assert metrics.shell_masses(np.empty(0), np.empty((0, 6))).shape == (0, 6)
+    assert metrics.shell_masses(np.empty((0, 6))).shape == (0, 6)
 
 
 def test_recovery_ratio_missed_and_extra() -> None:
@@ -247,8 +267,8 @@ def test_run_arrays_of_a_run_without_records() -> None:
     a = metrics.run_arrays(pa.table({}), parse_config(CONFIG))
     assert a.count == 0 and a.lower.shape == (0, 3) and a.log_p.size == 0
     assert metrics.extraction_rates(a, TAU)["cbs"] == [None, None, None]
-    assert metrics.gain_table(a.log_p, a.lower, TAU)["any_gain"] is None
-    assert metrics.shell_shares(a.log_p, a.lower, TAU).shape == (0, 3)
+    assert metrics.gain_table(a.lower, TAU)["any_gain"] is None
+    assert metrics.shell_shares(a.lower, TAU).shape == (0, 3)
 
 
 def test_run_arrays_skip_methods_not_configured() -> None:

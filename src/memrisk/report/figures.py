@@ -161,7 +161,7 @@ def ccdf_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], label: str)
         ax.axvline(point, ls=":", color="grey", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(f"mass gain Δ = {plain(label)} − p_z")
+    ax.set_xlabel(f"mass gain Δ = {plain(label)} − LB_0")
     ax.set_ylabel("% of all sequences with gain ≥ Δ")
     ax.legend(fontsize=8)
     return fig
@@ -179,7 +179,7 @@ def shell_heatmap_figure(shares: np.ndarray) -> Figure:
     fig.colorbar(image, ax=ax, label="share of LB_E")
     ax.set_xticks(range(shares.shape[1]))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("ε-shell (0 = verbatim p_z)")
+    ax.set_xlabel("ε-shell (0 = verbatim mass LB_0)")
     ax.set_ylabel(f"{shares.shape[0]} extracted sequences, by verbatim share")
     return fig
 
@@ -204,7 +204,7 @@ def shell_violin_figure(shares: np.ndarray, medians: Sequence[float | None]) -> 
             ax.scatter([eps], [median], color="black", s=12, zorder=3)
             ax.annotate(f"{median:.1%}", (eps, median), textcoords="offset points", xytext=(6, 4), fontsize=8)
     ax.set_xticks(range(shares.shape[1]))
-    ax.set_xlabel("ε-shell (0 = verbatim share p_z / LB_E)")
+    ax.set_xlabel("ε-shell (0 = verbatim share LB_0 / LB_E)")
     ax.set_ylabel("share of LB_E")
     return fig
 

@@ -288,8 +288,8 @@ def rates_table(run: Run) -> Html:
 def near_verbatim_tables(run: Run) -> Html:
     """Target sequences: unlocked counts per ε, mass-gain CCDF points, shell-share medians, verbatim recovery."""
     t, tau, label = run.role("target"), run.tau, run.near_label
-    gain = metrics.gain_table(t.log_p, t.lower, tau)
-    shares = metrics.shell_shares(t.log_p, t.lower, tau)
+    gain = metrics.gain_table(t.lower, tau)
+    shares = metrics.shell_shares(t.lower, tau)
     rec = metrics.recovery(t.example_id, t.log_p, t.lower[:, 0], tau)
     unlocked = metrics.unlocked_by_epsilon(t.log_p, t.lower, tau)
     ratio = "—" if rec["ratio"] is None else f"{rec['ratio']:.3f}"
@@ -297,13 +297,13 @@ def near_verbatim_tables(run: Run) -> Html:
         tag("h3", "Unlocked target sequences per ε"),
         table(["ε", "red (p_z = 0)", "orange (0 < p_z < τ)", "blue (p_z ≥ τ)", "unlocked (red + orange)", "sequences"],
               [(e, u["red"], u["orange"], u["blue"], u["unlocked"], u["total"]) for e, u in enumerate(unlocked)]),
-        tag("h3", f"Mass gain Δ = {label} − p_z"),
+        tag("h3", f"Mass gain Δ = {label} − LB_0"),
         note(f"Any positive gain: {pct(gain['any_gain'])} of {gain['population_count']} sequences. "
              f"Extracted set: {label} ≥ τ_min ({gain['extracted_count']} sequences)."),
         table(["Δ ≥", "% of all sequences", "% of the extracted set"],
               [(x, pct(gain["population"][x]), pct(gain["extracted"][x])) for x in gain["population"]]),
         tag("h3", "ε-shell shares of the extracted set"),
-        table(["ε-shell", *range(t.lower.shape[1])], [["median share (0: verbatim share)", *map(pct, metrics.medians(shares))]]),
+        table(["ε-shell", *range(t.lower.shape[1])], [["median share (0: verbatim share LB_0 / LB_E)", *map(pct, metrics.medians(shares))]]),
         tag("h3", "Recovery of verbatim extraction by CBS"),
         table(["teacher-forced p_z ≥ τ", "CBS LB_0 ≥ τ", "recovery ratio", "missed by CBS", "found only by CBS"],
               [(rec["teacher_forced"], rec["cbs_verbatim"], ratio, capped(rec["missed"]), capped(rec["extra"]))]),
@@ -313,12 +313,12 @@ def near_verbatim_tables(run: Run) -> Html:
 def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
     """Scatter, mass-gain CCDF and ε-shell figures of the target sequences."""
     t, tau, label = run.role("target"), run.tau, run.near_label
-    shares = metrics.shell_shares(t.log_p, t.lower, tau)
-    gain = metrics.ccdf_curve(metrics.mass_gain(t.log_p, t.lower[:, -1]))
+    shares = metrics.shell_shares(t.lower, tau)
+    gain = metrics.ccdf_curve(metrics.mass_gain(t.lower))
     return [
         picture(f"{prefix}scatter", f"{label} against p_z for target sequences extracted either way (log–log; y = x dashed, "
                 "τ_min dotted; zero drawn on the grey floor line).", figures.scatter_figure(t.log_p, t.lower[:, -1], tau, label)),
-        picture(f"{prefix}ccdf", f"CCDF of the mass gain {label} − p_z over all {t.count} target sequences.",
+        picture(f"{prefix}ccdf", f"CCDF of the mass gain {label} − LB_0 over all {t.count} target sequences.",
                 figures.ccdf_figure({run.label: gain}, label)),
         picture(f"{prefix}shell-heatmap", "Per extracted target sequence, the share of its lower bound in each ε-shell, "
                 "sorted by verbatim share.", figures.shell_heatmap_figure(shares)),
@@ -527,8 +527,7 @@ def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
     tau = runs[0].tau
     panels = {f"{role}s": {r.label: metrics.extraction_rates(r.role(role), tau) for r in runs} for role in metrics.ROLES}
     pics = [picture("compare-rates", f"Extraction rate against ε per run (τ_min = {tau:g}).", figures.rates_figure(panels, tau))]
-    curves = {r.label: metrics.ccdf_curve(metrics.mass_gain(r.role("target").log_p, r.role("target").lower[:, -1]))
-              for r in runs if r.near_verbatim}
+    curves = {r.label: metrics.ccdf_curve(metrics.mass_gain(r.role("target").lower)) for r in runs if r.near_verbatim}
     if curves:
         pics.append(picture("compare-ccdf", "CCDF of the near-verbatim mass gain per run (share of all target sequences).",
                             figures.ccdf_figure(curves, "LB_E")))

@@ -161,9 +161,10 @@ def unlocked_by_epsilon(log_p: np.ndarray, lower: np.ndarray, tau: float) -> lis
     return [unlocked_counts(log_p, lower[:, e], tau) for e in range(lower.shape[1])]
 
 
-def mass_gain(log_p: np.ndarray, lower_top: np.ndarray) -> np.ndarray:
-    """Δ = LB_E − p_z per sequence (negative when CBS missed part of the verbatim mass)."""
-    return np.asarray(lower_top, dtype=np.float64) - probabilities(log_p)
+def mass_gain(lower: np.ndarray) -> np.ndarray:
+    """Δ = LB_E − LB_0 per sequence (CBS eq. 50): near-verbatim minus verbatim mass, both CBS's own."""
+    lower = np.asarray(lower, dtype=np.float64)
+    return lower[:, -1] - lower[:, 0]
 
 
 def ccdf_curve(values: np.ndarray, denominator: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -184,10 +185,10 @@ def ccdf_at(values: np.ndarray, points: tuple[float, ...] = CCDF_POINTS, denomin
     return {f"{x:g}": fraction(int((values >= x).sum()), total) for x in points}
 
 
-def gain_table(log_p: np.ndarray, lower: np.ndarray, tau: float) -> dict[str, Any]:
-    """Mass-gain CCDF points over all sequences and over the extracted set (LB_E ≥ τ)."""
-    gain = mass_gain(log_p, lower[:, -1])
-    extracted = lower[:, -1] >= tau
+def gain_table(lower: np.ndarray, tau: float) -> dict[str, Any]:
+    """Mass-gain CCDF points over all sequences and over the extracted set LB_E ≥ τ (CBS §F.1.2)."""
+    gain = mass_gain(lower)
+    extracted = np.asarray(lower, dtype=np.float64)[:, -1] >= tau
     return {
         "population": ccdf_at(gain),
         "population_count": int(gain.size),
@@ -197,17 +198,16 @@ def gain_table(log_p: np.ndarray, lower: np.ndarray, tau: float) -> dict[str, An
     }
 
 
-def shell_masses(log_p: np.ndarray, lower: np.ndarray) -> np.ndarray:
-    """Δ(ε) per sequence: column 0 is p_z, column ε ≥ 1 is LB_ε − LB_{ε−1}."""
-    lower = np.asarray(lower, dtype=np.float64)
-    return np.column_stack([probabilities(log_p), np.diff(lower, axis=1)]) if lower.size else np.empty((0, lower.shape[1]))
+def shell_masses(lower: np.ndarray) -> np.ndarray:
+    """Δ(ε) per sequence (CBS eq. 51): column 0 is LB_0 (CBS's verbatim mass), column ε ≥ 1 is LB_ε − LB_{ε−1}."""
+    return np.diff(np.asarray(lower, dtype=np.float64), axis=1, prepend=0.0)
 
 
-def shell_shares(log_p: np.ndarray, lower: np.ndarray, tau: float) -> np.ndarray:
-    """Δ(ε) / LB_E for the extracted sequences (LB_E ≥ τ); column 0 is the verbatim share."""
+def shell_shares(lower: np.ndarray, tau: float) -> np.ndarray:
+    """Δ(ε) / LB_E for the extracted sequences, LB_E ≥ τ (CBS eq. 52); each row sums to 1, column 0 is the verbatim share (eq. 53)."""
     lower = np.asarray(lower, dtype=np.float64)
-    extracted = lower[:, -1] >= tau
-    return shell_masses(np.asarray(log_p)[extracted], lower[extracted]) / lower[extracted, -1:]
+    extracted = lower[lower[:, -1] >= tau]
+    return shell_masses(extracted) / extracted[:, -1:]
 
 
 def medians(shares: np.ndarray) -> list[float | None]:
