@@ -23,8 +23,10 @@ import pytest
 
 from memrisk import cli
 from memrisk.config import parse_config
-from memrisk.report import figures, metrics
+from memrisk.report import figures, metrics, verdict
 from memrisk.report.html import diff_html, write_report
+from memrisk.report.summary import summarize
+from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
 from memrisk.store import RecordStore
 from tests.conftest import WORDS
@@ -146,8 +148,46 @@ def test_tables_hold_the_known_counts(report: Path) -> None:
     assert "Any positive gain: 75.00% of 4 sequences" in text
     assert "missed by CBS" in text and "recovery ratio" in text
     rows = re.findall(r"<tr>(.*?)</tr>", report.read_text(encoding="utf-8"))
-    per_eps = [visible_text(r) for r in rows if r.startswith("<td class=\"num\">") and r.count("<td") == 6]
-    assert per_eps == ["000104", "101114", "211124"]
+    per_eps = [visible_text(r) for r in rows if r.startswith("<td class=\"num\">") and r.count("<td") == 7]
+    assert per_eps == ["0100034", "1110124", "2121114"]
+
+
+def row_texts(page: str) -> list[list[str]]:
+    """The visible text of every table row's cells."""
+    return [[visible_text(c).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", r, re.DOTALL)]
+            for r in re.findall(r"<tr>(.*?)</tr>", page, re.DOTALL)]
+
+
+def test_one_verdict_rule_for_summary_metrics_html_and_text(tmp_path) -> None:
+    # log p_z = −800: p_z underflows to 0.0 as a float but is positive; with LB_E = 0 it is not extracted,
+    # with LB_E just above τ_min it is near-verbatim only with 0 < p_z < τ (the paper's orange), for every caller
+    tau = 1e-3
+    rows = [record(0, "book", -800.0, [0.0, 0.0, 0.0], "no", "no"),
+            record(2, "book", -800.0, [0.0, 0.0, tau * (1 + 1e-12)], "no", "plain suffix numbr 2"),
+            record(3, "book", math.log(tau), [tau, tau, tau], "plain suffix number 3", "plain suffix number 3")]
+    folder = make_run(tmp_path / "run", rows)
+    run_config = parse_config(config(["probabilistic", "greedy", "cbs"]))
+    records_table = RecordStore.existing(folder).read_records()
+    counts = {"verbatim": 1, "near_verbatim": 1, "not_extracted": 1,
+              "near_verbatim_p_z_zero": 0, "near_verbatim_p_z_positive": 1, "total": 3}
+
+    a = metrics.run_arrays(records_table, run_config)
+    assert verdict.verdicts(a.log_p, a.lower[:, -1], tau).tolist() == ["not_extracted", "near_verbatim", "verbatim"]
+    assert metrics.verdicts_by_epsilon(a.log_p, a.lower, tau)[-1] == counts
+
+    summary = summarize(records_table, run_config, {})
+    assert summary["datasets"]["book"]["cbs"]["verdicts"] == counts
+    assert [u["example_id"] for u in summary["top_unlocked"]] == [rows[1]["example_id"]]
+
+    page = write_report([folder]).read_text(encoding="utf-8")
+    assert ["2", "1", "1", "0", "1", "1", "3"] in row_texts(page)
+    scores = [visible_text(c) for c in re.findall(r"<td>(<div>log10 p_z.*?)</td>", page)]
+    shown = sorted(s.split("verdict: ")[1].split("greedy")[0] for s in scores)  # top extracted, then top unlocked
+    assert shown == ["near-verbatim only", "near-verbatim only", "verbatim"]
+
+    text = summary_table(summary)
+    assert "book  verbatim 1  near-verbatim only 1 (p_z = 0: 0)  not extracted 1" in text
+    assert text.count("log10 LB") == 1 and "[-number-] {+numbr+}" in text
 
 
 def test_diff_marks_matched_missing_and_added_spans() -> None:

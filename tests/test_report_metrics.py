@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from memrisk.config import parse_config
-from memrisk.report import metrics
+from memrisk.report import metrics, verdict
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -84,23 +84,37 @@ def test_methods_the_run_did_not_use_are_absent() -> None:
     assert metrics.policy_table(bare, TAU) == {}
 
 
-def test_categories_red_orange_blue() -> None:
-    kinds = metrics.categories(np.array(LOG_P), np.array(LOWER)[:, -1], TAU)
-    assert kinds.tolist() == ["blue", "orange", "red", "blue", "orange"]
-    assert metrics.unlocked_counts(np.array(LOG_P), np.array(LOWER)[:, -1], TAU) == {
-        "red": 1, "orange": 2, "blue": 2, "unlocked": 3, "total": 5,
+def test_verdicts_verbatim_near_verbatim_and_not_extracted() -> None:
+    kinds = verdict.verdicts(np.array(LOG_P), np.array(LOWER)[:, -1], TAU)
+    assert kinds.tolist() == ["verbatim", "near_verbatim", "near_verbatim", "verbatim", "near_verbatim"]
+    assert verdict.counts(np.array(LOG_P), np.array(LOWER)[:, -1], TAU) == {
+        "verbatim": 2, "near_verbatim": 3, "not_extracted": 0,
+        "near_verbatim_p_z_zero": 1, "near_verbatim_p_z_positive": 2, "total": 5,
     }
 
 
+def test_verdicts_compare_log_p_with_log_tau() -> None:
+    # p_z = e^-800 underflows to 0.0 as a float, yet it is positive: near-verbatim with 0 < p_z, never "p_z = 0"
+    log_p = np.array([-800.0, -800.0, -math.inf, LOG(TAU), np.nextafter(LOG(TAU), -math.inf)])
+    lower_top = np.array([0.0, TAU * (1 + 1e-12), TAU, 0.0, 0.0])
+    assert verdict.verdicts(log_p, lower_top, TAU).tolist() == [
+        "not_extracted", "near_verbatim", "near_verbatim", "verbatim", "not_extracted",
+    ]
+    counts = verdict.counts(log_p, lower_top, TAU)
+    assert (counts["near_verbatim_p_z_zero"], counts["near_verbatim_p_z_positive"]) == (1, 1)
+
+
 def test_nothing_unlocked_below_tau_and_on_empty_input() -> None:
-    assert metrics.categories(np.array([-math.inf, LOG(1e-5)]), np.array([9e-4, 0.0]), TAU).tolist() == ["none", "none"]
-    assert metrics.unlocked_counts(np.empty(0), np.empty(0), TAU) == {"red": 0, "orange": 0, "blue": 0, "unlocked": 0, "total": 0}
+    assert verdict.verdicts(np.array([-math.inf, LOG(1e-5)]), np.array([9e-4, 0.0]), TAU).tolist() == ["not_extracted"] * 2
+    assert verdict.counts(np.empty(0), np.empty(0), TAU) == {
+        "verbatim": 0, "near_verbatim": 0, "not_extracted": 0, "near_verbatim_p_z_zero": 0, "near_verbatim_p_z_positive": 0, "total": 0,
+    }
 
 
-def test_unlocked_by_epsilon_grows_with_the_ball() -> None:
-    per_eps = metrics.unlocked_by_epsilon(np.array(LOG_P), np.array(LOWER), TAU)
-    assert [u["unlocked"] for u in per_eps] == [0, 1, 3]
-    assert [u["blue"] for u in per_eps] == [2, 2, 2]
+def test_verdicts_by_epsilon_grow_with_the_ball() -> None:
+    per_eps = metrics.verdicts_by_epsilon(np.array(LOG_P), np.array(LOWER), TAU)
+    assert [u["near_verbatim"] for u in per_eps] == [0, 1, 3]
+    assert [u["verbatim"] for u in per_eps] == [2, 2, 2]
 
 
 def test_mass_gain_is_cbs_near_verbatim_minus_cbs_verbatim_mass() -> None:
@@ -180,9 +194,10 @@ def test_recovery_ratio_missed_and_extra() -> None:
     log_p = np.array([LOG(0.5), LOG(0.01), LOG(1e-4), -math.inf])
     lower_zero = np.array([0.5, 0.0, 2e-3, 0.0])
     out = metrics.recovery(np.array(["a", "b", "c", "d"], dtype=object), log_p, lower_zero, TAU)
-    assert out == {"teacher_forced": 2, "cbs_verbatim": 2, "ratio": 1.0, "missed": ["b"], "extra": ["c"]}
+    assert out == {"teacher_forced": 2, "cbs_verbatim": 2, "ratio": 1.0, "mass_ratio": pytest.approx(0.5 / 0.51),
+                   "missed": ["b"], "extra": ["c"]}
     none = metrics.recovery(np.array(["a"], dtype=object), np.array([-math.inf]), np.array([0.0]), TAU)
-    assert none["ratio"] is None and none["missed"] == [] and none["teacher_forced"] == 0
+    assert none["ratio"] is None and none["mass_ratio"] is None and none["missed"] == [] and none["teacher_forced"] == 0
 
 
 def test_np_curves_with_the_greedy_line() -> None:

@@ -20,7 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from memrisk.report.books import RecallBar, Strip
-from memrisk.report.metrics import CCDF_POINTS, ROLES, BookHeatmap, categories, finite_points, max_pool
+from memrisk.report import verdict
+from memrisk.report.metrics import CCDF_POINTS, ROLES, BookHeatmap, finite_points, max_pool
 
 COLOURS = {"blue": "#1f77b4", "orange": "#ff7f0e", "red": "#d62728"}
 SERIES = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
@@ -66,14 +67,16 @@ def _power_ticks(ax: Axes, axis: str) -> None:
 
 
 def scatter_figure(log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: str) -> Figure:
-    """LB_E against p_z on log–log axes for the extracted sequences, coloured red / orange / blue.
+    """LB_E against p_z on log–log axes for the extracted sequences, coloured as CBS Fig. 3 (§F.1.2): verbatim blue,
+    near-verbatim only orange (0 < p_z < τ) or red (p_z = 0).
 
     p_z = 0 (and LB = 0) are drawn on a floor one decade below the smallest value on that axis.
     """
     fig = new_figure(6.0, 5.0)
     ax = fig.add_subplot()
-    kind = categories(log_p, lower_top, tau)
-    shown = kind != "none"
+    kind = verdict.verdicts(log_p, lower_top, tau)
+    colour = np.where(kind == verdict.VERBATIM, "blue", np.where(verdict.zero_probability(log_p), "red", "orange"))
+    shown = kind != verdict.NOT_EXTRACTED
     if not shown.any():
         _no_data(ax, "no sequence has p_z or the lower bound ≥ τ_min")
         return fig
@@ -86,7 +89,7 @@ def scatter_figure(log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: 
     many = shown.sum() > RASTERIZE_ABOVE
     names = {"blue": "verbatim-extractable (p_z ≥ τ)", "orange": "unlocked, 0 < p_z < τ", "red": "unlocked, p_z = 0"}
     for name, text in names.items():
-        mask = kind[shown] == name
+        mask = colour[shown] == name
         ax.scatter(x[mask], y[mask], s=10, alpha=0.7, color=COLOURS[name], label=f"{text} ({mask.sum()})", rasterized=many)
     low = min(floor_x, floor_y)
     ax.plot([low, 0.0], [low, 0.0], ls="--", color="black", lw=0.8, label="y = x")

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.errors import MemriskError
-from memrisk.report import books, figures, metrics
+from memrisk.report import books, figures, metrics, verdict
 from memrisk.runner import PRIOR_AWARE, WINDOWS
 from memrisk.store import CONFIG, RecordStore
 
@@ -257,7 +257,7 @@ def data_table(run: Run) -> Html:
 
 
 def rates_table(run: Run) -> Html:
-    """Per dataset and per role: greedy, probabilistic per policy and CBS rates, with unlocked counts."""
+    """Per dataset and per role: greedy, probabilistic per policy and CBS rates, with the near-verbatim-only counts."""
     a, top = run.arrays, run.config.cbs.epsilon
     header = ["dataset", "role", "windows"]
     if a.greedy_exact is not None:
@@ -266,7 +266,7 @@ def rates_table(run: Run) -> Html:
     if a.lower is not None:
         header += ["CBS LB_0 ≥ τ", f"CBS {run.near_label} ≥ τ"]
     if run.near_verbatim:
-        header += ["unlocked red", "unlocked orange"]
+        header += ["near-verbatim only, p_z = 0", "near-verbatim only, 0 < p_z < τ"]
     groups = [(d.name, d.role, a.dataset == d.name) for d in run.config.datasets]
     groups += [(f"all {role}s", role, a.role == role) for role in metrics.ROLES]
     rows = []
@@ -277,26 +277,28 @@ def rates_table(run: Run) -> Html:
             row += [count_rate(int(part.greedy_exact.sum()), n), count_rate(int((part.greedy_distance <= top).sum()), n)]
         row += [count_rate(s["extractable"], n) for s in metrics.policy_table(part, run.tau).values()]
         if a.lower is not None:
-            row += [count_rate(int((part.lower[:, e] >= run.tau).sum()), n) for e in (0, -1)]
+            row += [count_rate(int(verdict.cbs_extracted(part.lower[:, e], run.tau).sum()), n) for e in (0, -1)]
         if run.near_verbatim:
-            counts = metrics.unlocked_counts(part.log_p, part.lower[:, -1], run.tau)
-            row += [counts["red"], counts["orange"]]
+            counts = verdict.counts(part.log_p, part.lower[:, -1], run.tau)
+            row += [counts["near_verbatim_p_z_zero"], counts["near_verbatim_p_z_positive"]]
         rows.append(row)
     return table(header, rows)
 
 
 def near_verbatim_tables(run: Run) -> Html:
-    """Target sequences: unlocked counts per ε, mass-gain CCDF points, shell-share medians, verbatim recovery."""
+    """Target sequences: verdicts per ε, mass-gain CCDF points, shell-share medians, verbatim recovery."""
     t, tau, label = run.role("target"), run.tau, run.near_label
     gain = metrics.gain_table(t.lower, tau)
     shares = metrics.shell_shares(t.lower, tau)
     rec = metrics.recovery(t.example_id, t.log_p, t.lower[:, 0], tau)
-    unlocked = metrics.unlocked_by_epsilon(t.log_p, t.lower, tau)
+    per_eps = metrics.verdicts_by_epsilon(t.log_p, t.lower, tau)
     ratio = "—" if rec["ratio"] is None else f"{rec['ratio']:.3f}"
     return join([
-        tag("h3", "Unlocked target sequences per ε"),
-        table(["ε", "red (p_z = 0)", "orange (0 < p_z < τ)", "blue (p_z ≥ τ)", "unlocked (red + orange)", "sequences"],
-              [(e, u["red"], u["orange"], u["blue"], u["unlocked"], u["total"]) for e, u in enumerate(unlocked)]),
+        tag("h3", "Target sequences per ε: verbatim, near-verbatim only (unlocked), not extracted"),
+        table(["ε", "verbatim (p_z ≥ τ; blue)", "near-verbatim only (p_z < τ ≤ LB_ε)", "of which p_z = 0 (red)",
+               "of which 0 < p_z < τ (orange)", "not extracted", "sequences"],
+              [(e, u["verbatim"], u["near_verbatim"], u["near_verbatim_p_z_zero"], u["near_verbatim_p_z_positive"],
+                u["not_extracted"], u["total"]) for e, u in enumerate(per_eps)]),
         tag("h3", f"Mass gain Δ = {label} − LB_0"),
         note(f"Any positive gain: {pct(gain['any_gain'])} of {gain['population_count']} sequences. "
              f"Extracted set: {label} ≥ τ_min ({gain['extracted_count']} sequences)."),
@@ -372,14 +374,14 @@ def sequence_cell(run: Run, row: dict[str, Any]) -> Html:
 
 
 def scores_cell(run: Run, index: int) -> Html:
-    """log10 p_z, the near-verbatim lower bound, the red/orange/blue class and greedy exactness of one sequence."""
+    """log10 p_z, the near-verbatim lower bound, the verdict and greedy exactness of one sequence."""
     a, lines = run.arrays, []
     if a.log_p is not None:
         lines.append(f"log10 p_z {a.log_p[index] / math.log(10.0):.2f}" if np.isfinite(a.log_p[index]) else "p_z = 0")
     if a.lower is not None:
         lines.append(f"{run.near_label} {a.lower[index, -1]:.3g}")
     if run.near_verbatim:
-        lines.append(f"class: {metrics.categories(a.log_p[[index]], a.lower[[index], -1], run.tau)[0]}")
+        lines.append(f"verdict: {verdict.LABELS[verdict.verdicts(a.log_p[[index]], a.lower[[index], -1], run.tau)[0]]}")
     if a.greedy_exact is not None:
         lines.append(f"greedy exact: {bool(a.greedy_exact[index])}")
     return join(tag("div", line) for line in lines)
@@ -395,9 +397,9 @@ def extracted_mask(a: metrics.RunArrays, tau: float) -> np.ndarray:
     """Sequences extracted by any method: p_z ≥ τ, LB_E ≥ τ or greedy exact."""
     mask = np.zeros(a.count, dtype=bool)
     if a.log_p is not None:
-        mask |= metrics.verbatim_extracted(a.log_p, tau)
+        mask |= verdict.verbatim(a.log_p, tau)
     if a.lower is not None:
-        mask |= a.lower[:, -1] >= tau
+        mask |= verdict.cbs_extracted(a.lower[:, -1], tau)
     if a.greedy_exact is not None:
         mask |= a.greedy_exact
     return mask
@@ -422,9 +424,9 @@ def sequences_section(run: Run) -> Html:
     parts = [tag("h3", "Top extracted target sequences"),
              sequence_table(run, top) if top else note("No target sequence was extracted by any method.")]
     if run.near_verbatim:
-        kind = metrics.categories(a.log_p, a.lower[:, -1], tau)
+        kind = verdict.verdicts(a.log_p, a.lower[:, -1], tau)
         by_bound = np.argsort(-a.lower[:, -1], kind="stable")
-        unlocked = [i for i in by_bound if kind[i] in ("red", "orange") and is_target[i]][:TOP_ROWS]
+        unlocked = [i for i in by_bound if kind[i] == verdict.NEAR_VERBATIM and is_target[i]][:TOP_ROWS]
         parts += [tag("h3", f"Top unlocked target sequences (p_z < τ_min ≤ {run.near_label})"),
                   sequence_table(run, unlocked) if unlocked else note("No target sequence was unlocked.")]
     hits = [i for i in order if extracted[i] and is_control[i]]

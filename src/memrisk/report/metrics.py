@@ -7,7 +7,6 @@ never NaN; no function here warns on −inf or all-zero masses.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,8 @@ import pyarrow as pa
 
 from memrisk.config import ExperimentConfig
 from memrisk.extraction.discoverable import rate_table
-from memrisk.report.summary import prior_aware_extremes, prior_aware_stats, probabilistic_stats
+from memrisk.report import verdict
+from memrisk.report.summary import prior_aware_extremes, prior_aware_stats, probabilistic_stats, recovery
 
 CCDF_POINTS = (1e-3, 1e-2, 1e-1)
 ROLES = ("target", "control")
@@ -112,13 +112,8 @@ def fraction(count: int, total: int) -> float | None:
 
 
 def probabilities(log_p: np.ndarray) -> np.ndarray:
-    """p_z from natural-log p_z (−inf → 0, no warnings)."""
+    """p_z from natural-log p_z (−inf → 0, no warnings), for plotting and sorting only (verdicts: report.verdict)."""
     return np.exp(np.asarray(log_p, dtype=np.float64))
-
-
-def verbatim_extracted(log_p: np.ndarray, tau: float) -> np.ndarray:
-    """p_z ≥ τ_min, compared in log space (as summary.json counts it)."""
-    return np.asarray(log_p, dtype=np.float64) >= math.log(tau)
 
 
 def extraction_rates(arrays: RunArrays, tau: float) -> dict[str, Any]:
@@ -128,9 +123,9 @@ def extraction_rates(arrays: RunArrays, tau: float) -> dict[str, Any]:
     if arrays.greedy_distance is not None:
         out["greedy"] = [fraction(int((arrays.greedy_distance <= e).sum()), n) for e in arrays.epsilons]
     if arrays.log_p is not None:
-        out["probabilistic"] = fraction(int(verbatim_extracted(arrays.log_p, tau).sum()), n)
+        out["probabilistic"] = fraction(int(verdict.verbatim(arrays.log_p, tau).sum()), n)
     if arrays.lower is not None:
-        out["cbs"] = [fraction(int((arrays.lower[:, e] >= tau).sum()), n) for e in arrays.epsilons]
+        out["cbs"] = [fraction(int(verdict.cbs_extracted(arrays.lower[:, e], tau).sum()), n) for e in arrays.epsilons]
     return out
 
 
@@ -139,26 +134,9 @@ def rates_by_role(arrays: RunArrays, tau: float) -> dict[str, dict[str, Any]]:
     return {role: extraction_rates(arrays.subset(arrays.role == role), tau) for role in ROLES}
 
 
-def categories(log_p: np.ndarray, lower_eps: np.ndarray, tau: float) -> np.ndarray:
-    """Per sequence 'blue' (p_z ≥ τ), 'orange' (0 < p_z < τ ≤ LB), 'red' (p_z = 0, LB ≥ τ) or 'none'."""
-    log_p = np.asarray(log_p, dtype=np.float64)
-    blue = verbatim_extracted(log_p, tau)
-    near = np.asarray(lower_eps, dtype=np.float64) >= tau
-    red = np.isneginf(log_p) & near
-    orange = ~blue & ~red & near
-    return np.select([blue, orange, red], ["blue", "orange", "red"], "none")
-
-
-def unlocked_counts(log_p: np.ndarray, lower_eps: np.ndarray, tau: float) -> dict[str, int]:
-    """Counts of red, orange and blue sequences, and unlocked = red + orange."""
-    labels = categories(log_p, lower_eps, tau)
-    counts = {name: int((labels == name).sum()) for name in ("red", "orange", "blue")}
-    return counts | {"unlocked": counts["red"] + counts["orange"], "total": int(labels.size)}
-
-
-def unlocked_by_epsilon(log_p: np.ndarray, lower: np.ndarray, tau: float) -> list[dict[str, int]]:
-    """unlocked_counts at every ε of the lower-bound array."""
-    return [unlocked_counts(log_p, lower[:, e], tau) for e in range(lower.shape[1])]
+def verdicts_by_epsilon(log_p: np.ndarray, lower: np.ndarray, tau: float) -> list[dict[str, int]]:
+    """verdict.counts with LB_ε in place of LB_E, at every ε of the lower-bound array (CBS §F.1.2)."""
+    return [verdict.counts(log_p, lower[:, e], tau) for e in range(lower.shape[1])]
 
 
 def mass_gain(lower: np.ndarray) -> np.ndarray:
@@ -188,7 +166,7 @@ def ccdf_at(values: np.ndarray, points: tuple[float, ...] = CCDF_POINTS, denomin
 def gain_table(lower: np.ndarray, tau: float) -> dict[str, Any]:
     """Mass-gain CCDF points over all sequences and over the extracted set LB_E ≥ τ (CBS §F.1.2)."""
     gain = mass_gain(lower)
-    extracted = np.asarray(lower, dtype=np.float64)[:, -1] >= tau
+    extracted = verdict.cbs_extracted(np.asarray(lower)[:, -1], tau)
     return {
         "population": ccdf_at(gain),
         "population_count": int(gain.size),
@@ -206,7 +184,7 @@ def shell_masses(lower: np.ndarray) -> np.ndarray:
 def shell_shares(lower: np.ndarray, tau: float) -> np.ndarray:
     """Δ(ε) / LB_E for the extracted sequences, LB_E ≥ τ (CBS eq. 52); each row sums to 1, column 0 is the verbatim share (eq. 53)."""
     lower = np.asarray(lower, dtype=np.float64)
-    extracted = lower[lower[:, -1] >= tau]
+    extracted = lower[verdict.cbs_extracted(lower[:, -1], tau)]
     return shell_masses(extracted) / extracted[:, -1:]
 
 
@@ -215,19 +193,6 @@ def medians(shares: np.ndarray) -> list[float | None]:
     if shares.shape[0] == 0:
         return [None] * shares.shape[1]
     return [float(v) for v in np.median(shares, axis=0)]
-
-
-def recovery(example_id: np.ndarray, log_p: np.ndarray, lower_zero: np.ndarray, tau: float) -> dict[str, Any]:
-    """CBS verbatim (LB_0 ≥ τ) against teacher forcing (p_z ≥ τ): counts, ratio, missed and extra ids."""
-    forced = verbatim_extracted(log_p, tau)
-    found = np.asarray(lower_zero, dtype=np.float64) >= tau
-    return {
-        "teacher_forced": int(forced.sum()),
-        "cbs_verbatim": int(found.sum()),
-        "ratio": fraction(int(found.sum()), int(forced.sum())),
-        "missed": [str(x) for x in example_id[forced & ~found]],
-        "extra": [str(x) for x in example_id[found & ~forced]],
-    }
 
 
 def np_curves(log_p: np.ndarray, greedy_exact: np.ndarray | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from memrisk.config import ExperimentConfig
 from memrisk.extraction.discoverable import rate_table
+from memrisk.report import verdict
 
 NEAR_VERBATIM_EPSILONS = (0, 1, 2, 3, 4, 5)
 LOG10_E = math.log10(math.e)
@@ -28,7 +29,7 @@ def _finite_stat(values: np.ndarray, fn: Any) -> float | None:
 
 def probabilistic_stats(log_p: np.ndarray, tau_min: float) -> dict[str, Any]:
     """Rate and count of p_z ≥ τ_min plus the spread of log10 p_z."""
-    extractable = log_p >= math.log(tau_min)
+    extractable = verdict.verbatim(log_p, tau_min)
     return {
         "extractable": int(extractable.sum()),
         "rate": float(extractable.mean()) if log_p.size else 0.0,
@@ -53,7 +54,7 @@ def greedy_stats(column: Any) -> dict[str, Any]:
 
 
 def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
-    """Near-verbatim rates from CBS lower bounds per ε, unlocked counts, and recovery of verbatim p_z.
+    """Near-verbatim rates from CBS lower bounds per ε, verdict counts (CBS §F.1.2), and recovery of verbatim p_z.
 
     `column(name)` returns one record column as an array (list columns as object arrays).
     """
@@ -63,7 +64,7 @@ def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     stops, counts = np.unique(column("cbs_stop").astype(str), return_counts=True)
     out: dict[str, Any] = {
         "distance": distance,
-        "rate": {d: {str(e): float((lb[:, e] >= tau).mean()) for e in range(lb.shape[1])} for d, lb in lower.items()},
+        "rate": {d: {str(e): float(verdict.cbs_extracted(lb[:, e], tau).mean()) for e in range(lb.shape[1])} for d, lb in lower.items()},
         "mean_token_evals": float(column("token_evals.cbs").astype(np.float64).mean()),
         "stops": {str(k): int(v) for k, v in zip(stops, counts)},
     }
@@ -72,31 +73,32 @@ def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     label = config.cbs_policy().label
     if "probabilistic" not in config.methods:
         return out
-    p_z = np.exp(column(f"log_p.{label}").astype(np.float64))
-    verbatim_lb, near_lb = lower[distance][:, 0], lower[distance][:, -1]
-    extractable = p_z >= tau
-    out["unlocked"] = {
-        "blue": int(extractable.sum()),
-        "orange": int(((p_z > 0) & ~extractable & (near_lb >= tau)).sum()),
-        "red": int(((p_z == 0) & (near_lb >= tau)).sum()),
-    }
-    found = verbatim_lb >= tau
-    out["recovery"] = {
-        "teacher_forced": int(extractable.sum()),
-        "cbs_verbatim": int(found.sum()),
-        "ratio": float(found.sum() / extractable.sum()) if extractable.any() else None,
-        "mass_ratio": float(verbatim_lb[extractable].sum() / p_z[extractable].sum()) if extractable.any() else None,
-        "missed": [str(x) for x in column("example_id")[extractable & ~found]],
-    }
+    log_p = column(f"log_p.{label}").astype(np.float64)
+    out["verdicts"] = verdict.counts(log_p, lower[distance][:, -1], tau)
+    out["recovery"] = recovery(column("example_id"), log_p, lower[distance][:, 0], tau)
     return out
+
+
+def recovery(example_id: np.ndarray, log_p: np.ndarray, lower_zero: np.ndarray, tau: float) -> dict[str, Any]:
+    """CBS verbatim (LB_0 ≥ τ) against teacher forcing (p_z ≥ τ), CBS Table 6: counts, ratio, mass ratio, missed and extra ids."""
+    forced, found = verdict.verbatim(log_p, tau), verdict.cbs_extracted(lower_zero, tau)
+    mass = float(np.asarray(lower_zero)[forced].sum() / np.exp(log_p[forced]).sum()) if forced.any() else None
+    return {
+        "teacher_forced": int(forced.sum()),
+        "cbs_verbatim": int(found.sum()),
+        "ratio": float(found.sum() / forced.sum()) if forced.any() else None,
+        "mass_ratio": mass,
+        "missed": [str(x) for x in example_id[forced & ~found]],
+        "extra": [str(x) for x in example_id[found & ~forced]],
+    }
 
 
 def text_metric_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     """CBS Table 15 on the baseline k-CBS candidates: windows whose BLEU ≥ threshold mass, and whose
     token-Levenshtein ε mass, reach τ_min; both, Levenshtein only, BLEU only (CBS §F.9)."""
     tau, epsilon = config.tau_min, config.cbs.epsilon
-    bleu = column("cbs_bleu_mass").astype(np.float64) >= tau
-    lev = np.array([list(v) for v in column("cbs_baseline_lower.levenshtein")], dtype=np.float64)[:, epsilon] >= tau
+    bleu = verdict.cbs_extracted(column("cbs_bleu_mass"), tau)
+    lev = verdict.cbs_extracted(np.array([list(v) for v in column("cbs_baseline_lower.levenshtein")], dtype=np.float64)[:, epsilon], tau)
     return {
         "bleu_threshold": config.cbs.bleu_threshold, "levenshtein_epsilon": epsilon,
         "bleu": int(bleu.sum()), "levenshtein": int(lev.sum()),
@@ -124,14 +126,14 @@ def prior_aware_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     filtered: dict[str, Any] = {}
     if "probabilistic" in config.methods:
         for policy in config.policies:
-            verdict = column(f"log_p.{policy.label}").astype(np.float64) >= math.log(tau)
-            filtered[f"probabilistic.{policy.label}"] = _filtered(verdict, memorized)
+            extracted = verdict.verbatim(column(f"log_p.{policy.label}"), tau)
+            filtered[f"probabilistic.{policy.label}"] = _filtered(extracted, memorized)
     if "greedy" in config.methods:
         filtered["greedy"] = _filtered(column("greedy_exact").astype(bool), memorized)
     if "cbs" in config.methods:
         distance = config.cbs.prune_mode or "levenshtein"
         near = np.array([v[-1] for v in column(f"cbs_lower.{distance}")], dtype=np.float64)
-        filtered[f"cbs.{distance}.eps{config.cbs.epsilon}"] = _filtered(near >= tau, memorized)
+        filtered[f"cbs.{distance}.eps{config.cbs.epsilon}"] = _filtered(verdict.cbs_extracted(near, tau), memorized)
     out["filtered"] = filtered
     return out
 
@@ -209,12 +211,12 @@ def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, 
 
 
 def top_unlocked(rows: dict[str, list], config: ExperimentConfig, count: int = 10) -> list[dict[str, Any]]:
-    """Sequences with p_z < τ_min ≤ near-verbatim lower bound, by lower bound, with the best candidate."""
+    """Near-verbatim-only sequences (p_z < τ_min ≤ LB_E), by lower bound, with the best candidate."""
     distance = config.cbs.prune_mode or "levenshtein"
     label, tau = config.cbs_policy().label, config.tau_min
     log_p = np.asarray(rows[f"log_p.{label}"], dtype=np.float64)
     near = np.array([v[-1] for v in rows[f"cbs_lower.{distance}"]], dtype=np.float64)
-    unlocked = np.flatnonzero((log_p < math.log(tau)) & (near >= tau))
+    unlocked = np.flatnonzero(verdict.verdicts(log_p, near, tau) == verdict.NEAR_VERBATIM)
     order = unlocked[np.argsort(-near[unlocked], kind="stable")][:count]
     return [
         {

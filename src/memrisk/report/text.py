@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from memrisk.report import verdict
+
 
 def _fmt_log10(value: float | None) -> str:
     """A log10 probability with one decimal, or '-inf' when there is none."""
@@ -59,6 +61,7 @@ def summary_table(summary: dict[str, Any]) -> str:
             ])
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *lines]]
+    out += _verdict_lines(summary)
     unlocked = summary.get("top_unlocked") or []
     if unlocked:
         out += ["", "Top sequences unlocked by near-verbatim extraction (p_z < tau_min <= CBS lower bound):"]
@@ -73,6 +76,20 @@ def summary_table(summary: dict[str, Any]) -> str:
             text = " ".join(item["suffix_text"].split())
             out.append(f"  log10 p_z {item['log10_p']:7.2f}  {item['dataset']:<12} {text[:90]!r}")
     return "\n".join(out)
+
+
+def _verdict_lines(summary: dict[str, Any]) -> list[str]:
+    """Per dataset with p_z and CBS: windows verbatim, near-verbatim only and not extracted (CBS §F.1.2)."""
+    rows = [(name, entry["cbs"]["verdicts"]) for name, entry in summary["datasets"].items() if "verdicts" in entry.get("cbs", {})]
+    if not rows:
+        return []
+    width = max(len(name) for name, _ in rows)
+    out = ["", "Verdicts (verbatim: p_z >= tau_min; near-verbatim only: p_z < tau_min <= CBS lower bound at the largest eps):"]
+    for name, counts in rows:
+        near = f"{verdict.LABELS[verdict.NEAR_VERBATIM]} {counts[verdict.NEAR_VERBATIM]} (p_z = 0: {counts['near_verbatim_p_z_zero']})"
+        out.append(f"  {name:<{width}}  {verdict.LABELS[verdict.VERBATIM]} {counts[verdict.VERBATIM]}  {near}"
+                   f"  {verdict.LABELS[verdict.NOT_EXTRACTED]} {counts[verdict.NOT_EXTRACTED]}")
+    return out
 
 
 def _prior_aware_lines(summary: dict[str, Any]) -> list[str]:
