@@ -190,6 +190,27 @@ def test_one_verdict_rule_for_summary_metrics_html_and_text(tmp_path) -> None:
     assert text.count("log10 LB") == 1 and "[-number-] {+numbr+}" in text
 
 
+def test_certificate_upper_bounds_in_summary_html_and_text(tmp_path) -> None:
+    rows = records()
+    for row, gap in zip(rows, [0.0, 5e-4, 2e-3, 0.2]):  # the book's windows; UB − LB the same at every ε
+        row["cbs_upper.levenshtein"] = [x + gap for x in row["cbs_lower.levenshtein"]]
+    folder = make_run(tmp_path / "run", rows)
+    summary = summarize(RecordStore.existing(folder).read_records(), parse_config(config(["probabilistic", "greedy", "cbs"])), {})
+    cert = summary["datasets"]["book"]["cbs"]["certificate"]
+    assert cert["levenshtein"]["mean_gap"] == pytest.approx([0.2025 / 4] * 3)
+    assert cert["levenshtein"]["certified_share"] == [0.5] * 3
+    assert cert["levenshtein"]["mean_upper"] == pytest.approx([(0.4 + 1e-5 + 0.2025) / 4, (0.52 + 0.2025) / 4, (0.68 + 0.2025) / 4])
+    assert cert["hamming"]["mean_gap"] == pytest.approx([0.01] * 3) and cert["hamming"]["certified_share"] == [0.0] * 3
+
+    page = write_report([folder]).read_text(encoding="utf-8")
+    table = row_texts(page.split("Certificate")[1])
+    assert ["book", "target", "2", "0.17", "0.221", "0.0506", "50.00%"] in table
+    assert ["heldout", "control", "0", "0.1", "0.11", "0.01", "0.00%"] in table
+
+    text = summary_table(summary)
+    assert "book     eps 0: 5.06e-02 (50%)  eps 1: 5.06e-02 (50%)  eps 2: 5.06e-02 (50%)" in text
+
+
 def test_diff_marks_matched_missing_and_added_spans() -> None:
     out = diff_html("a <b> c", "a <i> c!")
     assert '<span class="match">a &lt;</span>' in out

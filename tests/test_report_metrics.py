@@ -190,6 +190,19 @@ def test_shell_shares_with_all_zero_masses_are_empty() -> None:
     assert metrics.shell_masses(np.empty((0, 6))).shape == (0, 6)
 
 
+def test_certificate_mean_gap_and_share_within_1e_3_per_epsilon() -> None:
+    # CBS §E: LB_ε ≤ p_{z,ε} ≤ UB_ε; a window is certified to within 1e-3 when UB_ε − LB_ε ≤ 1e-3 (the boundary counts)
+    lower = np.array([[0.0, 0.0], [0.0, 0.25], [0.5, 0.5], [0.0, 0.0]])
+    upper = np.array([[0.001, 0.001], [0.5, 0.25], [0.5, 1.0], [0.0, 0.0]])
+    cert = metrics.certificate(lower, upper)
+    assert cert["tolerance"] == 1e-3
+    assert cert["mean_lower"] == pytest.approx([0.125, 0.1875]) and cert["mean_upper"] == pytest.approx([0.25025, 0.31275])
+    assert cert["mean_gap"] == pytest.approx([0.12525, 0.12525])
+    assert cert["certified_share"] == [0.75, 0.75]
+    empty = metrics.certificate(np.empty((0, 2)), np.empty((0, 2)))
+    assert empty["mean_gap"] == [None, None] and empty["certified_share"] == [None, None]
+
+
 def test_recovery_ratio_missed_and_extra() -> None:
     log_p = np.array([LOG(0.5), LOG(0.01), LOG(1e-4), -math.inf])
     lower_zero = np.array([0.5, 0.0, 2e-3, 0.0])
@@ -262,20 +275,23 @@ def test_run_arrays_from_a_records_table() -> None:
     table = pa.Table.from_pylist([
         {"example_id": "d/a@0", "dataset": "d", "role": "target", "doc_id": "a", "suffix_char_start": 5, "char_end": 9,
          "log_p.topk40": -math.inf, "log_p.full": -2.0, "greedy_exact": False, "greedy_levenshtein": 2, "greedy_hamming": 3,
-         "cbs_lower.levenshtein": [0.1, 0.2, 0.3], "cbs_lower.hamming": [0.1, 0.1, 0.1]},
+         "cbs_lower.levenshtein": [0.1, 0.2, 0.3], "cbs_lower.hamming": [0.1, 0.1, 0.1],
+         "cbs_upper.levenshtein": [0.5, 0.5, 0.5], "cbs_upper.hamming": [0.9, 0.9, 0.9]},
         {"example_id": "d/a@9", "dataset": "d", "role": "target", "doc_id": "a", "suffix_char_start": 12, "char_end": 20,
          "log_p.topk40": -1.0, "log_p.full": -1.5, "greedy_exact": True, "greedy_levenshtein": 0, "greedy_hamming": 0,
-         "cbs_lower.levenshtein": [0.0, 0.0, 0.5], "cbs_lower.hamming": [0.0, 0.0, 0.0]},
+         "cbs_lower.levenshtein": [0.0, 0.0, 0.5], "cbs_lower.hamming": [0.0, 0.0, 0.0],
+         "cbs_upper.levenshtein": [0.6, 0.6, 0.6], "cbs_upper.hamming": [1.0, 1.0, 1.0]},
     ])
     a = metrics.run_arrays(table, parse_config(CONFIG))
     assert a.count == 2 and a.epsilons == (0, 1, 2)
     assert a.log_p.tolist() == [-2.0, -1.5]
     assert a.policy_log_p["topk40"][0] == -math.inf
     assert a.greedy_distance.tolist() == [2, 0] and a.greedy_exact.tolist() == [False, True]
-    assert a.lower.tolist() == [[0.1, 0.2, 0.3], [0.0, 0.0, 0.5]]
+    assert a.lower.tolist() == [[0.1, 0.2, 0.3], [0.0, 0.0, 0.5]] and a.upper.tolist() == [[0.5] * 3, [0.6] * 3]
     assert a.char_end.tolist() == [9, 20]
     hamming = metrics.run_arrays(table, parse_config(CONFIG | {"cbs": {"epsilon": 2, "prune": "hamming"}}))
     assert hamming.lower.tolist() == [[0.1, 0.1, 0.1], [0.0, 0.0, 0.0]] and hamming.greedy_distance.tolist() == [3, 0]
+    assert hamming.upper.tolist() == [[0.9] * 3, [1.0] * 3]
 
 
 def test_run_arrays_of_a_run_without_records() -> None:

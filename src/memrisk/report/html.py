@@ -86,6 +86,11 @@ def pct(value: float | None) -> str:
     return "—" if value is None else f"{100.0 * value:.2f}%"
 
 
+def mass_text(value: float | None) -> str:
+    """A probability mass with three significant digits, '—' when undefined."""
+    return "—" if value is None else f"{value:.3g}"
+
+
 def log10_text(value: float | None) -> str:
     """A log10 value with two decimals ('−∞' / '+∞' at the ends, '—' when undefined)."""
     if value is None:
@@ -283,6 +288,22 @@ def rates_table(run: Run) -> Html:
             row += [counts["near_verbatim_p_z_zero"], counts["near_verbatim_p_z_positive"]]
         rows.append(row)
     return table(header, rows)
+
+
+def certificate_table(run: Run) -> Html:
+    """Per dataset and ε: mean LB_ε, mean UB_ε, mean UB_ε − LB_ε and the share certified to within 1e-3 (CBS §E)."""
+    a, rows = run.arrays, []
+    for d in run.config.datasets:
+        part = a.subset(a.dataset == d.name)
+        cert = metrics.certificate(part.lower, part.upper)
+        rows += [(d.name, d.role, e, *(mass_text(cert[k][e]) for k in ("mean_lower", "mean_upper", "mean_gap")),
+                  pct(cert["certified_share"][e])) for e in a.epsilons]
+    header = ["dataset", "role", "ε", "mean LB_ε", "mean UB_ε", "mean UB_ε − LB_ε", f"UB_ε − LB_ε ≤ {metrics.CERTIFIED_GAP:g}"]
+    return join([
+        tag("h3", f"Certificate: LB_ε ≤ p_z,ε ≤ UB_ε ({metrics.cbs_distance(run.config)})"),
+        note("CBS bounds the near-verbatim mass from both sides; where UB − LB is small the lower bound is the mass itself."),
+        table(header, rows),
+    ])
 
 
 def near_verbatim_tables(run: Run) -> Html:
@@ -513,6 +534,8 @@ def run_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
     if not run.arrays.count:
         return join([*parts, note("This run has no records yet.")]), []
     parts += [tag("h3", f"Extraction rates (τ_min = {run.tau:g})"), rates_table(run)]
+    if run.arrays.lower is not None:
+        parts.append(certificate_table(run))
     if run.near_verbatim:
         parts.append(near_verbatim_tables(run))
     pics = run_pictures(run, prefix)

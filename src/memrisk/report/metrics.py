@@ -1,7 +1,7 @@
 """Report metrics from stored records (CBS paper §F.1): pure functions, arrays in, arrays and dicts out.
 
 Probabilities come in as natural-log p_z (−inf when the policy cannot emit the suffix) and
-CBS lower bounds LB_ε as a (sequences × ε) array. A rate over an empty population is None,
+CBS lower and upper bounds LB_ε, UB_ε as (sequences × ε) arrays. A rate over an empty population is None,
 never NaN; no function here warns on −inf or all-zero masses.
 """
 
@@ -16,7 +16,7 @@ import pyarrow as pa
 from memrisk.config import ExperimentConfig
 from memrisk.extraction.discoverable import rate_table
 from memrisk.report import verdict
-from memrisk.report.summary import prior_aware_extremes, prior_aware_stats, probabilistic_stats, recovery
+from memrisk.report.summary import CERTIFIED_GAP, certificate, prior_aware_extremes, prior_aware_stats, probabilistic_stats, recovery
 
 CCDF_POINTS = (1e-3, 1e-2, 1e-1)
 ROLES = ("target", "control")
@@ -39,6 +39,7 @@ class RunArrays:
     greedy_exact: np.ndarray | None = None
     greedy_distance: np.ndarray | None = None
     lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
     pa_log_p: np.ndarray | None = None
     pa_log_prior: np.ndarray | None = None
     pa_memorized: np.ndarray | None = None
@@ -100,6 +101,7 @@ def run_arrays(table: pa.Table, config: ExperimentConfig) -> RunArrays:
         greedy_exact=_column(table, "greedy_exact", bool) if "greedy" in methods else None,
         greedy_distance=_column(table, f"greedy_{distance}", np.int64) if "greedy" in methods else None,
         lower=_list_column(table, f"cbs_lower.{distance}", len(epsilons)) if "cbs" in methods else None,
+        upper=_list_column(table, f"cbs_upper.{distance}", len(epsilons)) if "cbs" in methods else None,
         pa_log_p=_column(table, "pa_log_p", np.float64) if "prior_aware" in methods else None,
         pa_log_prior=_column(table, "pa_log_prior", np.float64) if "prior_aware" in methods else None,
         pa_memorized=_column(table, "pa_memorized", bool) if "prior_aware" in methods else None,

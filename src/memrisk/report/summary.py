@@ -13,6 +13,8 @@ from memrisk.extraction.discoverable import rate_table
 from memrisk.report import verdict
 
 NEAR_VERBATIM_EPSILONS = (0, 1, 2, 3, 4, 5)
+CERTIFIED_GAP = 1e-3
+DISTANCES = ("levenshtein", "hamming")
 LOG10_E = math.log10(math.e)
 
 
@@ -25,6 +27,11 @@ def _finite_stat(values: np.ndarray, fn: Any) -> float | None:
     """fn over the finite values, or None when there are none."""
     finite = values[np.isfinite(values)]
     return float(fn(finite)) if finite.size else None
+
+
+def _matrix(values: np.ndarray) -> np.ndarray:
+    """A list<double> column (object array of lists) as a (windows × ε) float array."""
+    return np.array([list(v) for v in values], dtype=np.float64)
 
 
 def probabilistic_stats(log_p: np.ndarray, tau_min: float) -> dict[str, Any]:
@@ -54,17 +61,20 @@ def greedy_stats(column: Any) -> dict[str, Any]:
 
 
 def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
-    """Near-verbatim rates from CBS lower bounds per ε, verdict counts (CBS §F.1.2), and recovery of verbatim p_z.
+    """Near-verbatim rates from CBS lower bounds per ε, the certificate UB_ε − LB_ε, verdict counts (CBS §F.1.2),
+    and recovery of verbatim p_z.
 
     `column(name)` returns one record column as an array (list columns as object arrays).
     """
     tau = config.tau_min
     distance = config.cbs.prune_mode or "levenshtein"
-    lower = {d: np.array([list(v) for v in column(f"cbs_lower.{d}")], dtype=np.float64) for d in ("levenshtein", "hamming")}
+    lower = {d: _matrix(column(f"cbs_lower.{d}")) for d in DISTANCES}
+    upper = {d: _matrix(column(f"cbs_upper.{d}")) for d in DISTANCES}
     stops, counts = np.unique(column("cbs_stop").astype(str), return_counts=True)
     out: dict[str, Any] = {
         "distance": distance,
         "rate": {d: {str(e): float(verdict.cbs_extracted(lb[:, e], tau).mean()) for e in range(lb.shape[1])} for d, lb in lower.items()},
+        "certificate": {d: certificate(lower[d], upper[d]) for d in lower},
         "mean_token_evals": float(column("token_evals.cbs").astype(np.float64).mean()),
         "stops": {str(k): int(v) for k, v in zip(stops, counts)},
     }
@@ -77,6 +87,19 @@ def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     out["verdicts"] = verdict.counts(log_p, lower[distance][:, -1], tau)
     out["recovery"] = recovery(column("example_id"), log_p, lower[distance][:, 0], tau)
     return out
+
+
+def certificate(lower: np.ndarray, upper: np.ndarray) -> dict[str, Any]:
+    """Per ε (list index): mean LB_ε, mean UB_ε, mean UB_ε − LB_ε and the share of windows certified to within
+    CERTIFIED_GAP, UB_ε − LB_ε ≤ 1e-3 (CBS §E: LB_ε ≤ p_{z,ε} ≤ UB_ε); None for no windows."""
+    lower, upper = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    gap = upper - lower
+
+    def means(values: np.ndarray) -> list[float | None]:
+        return values.mean(axis=0).tolist() if values.shape[0] else [None] * values.shape[1]
+
+    return {"tolerance": CERTIFIED_GAP, "mean_lower": means(lower), "mean_upper": means(upper), "mean_gap": means(gap),
+            "certified_share": means((gap <= CERTIFIED_GAP).astype(np.float64))}
 
 
 def recovery(example_id: np.ndarray, log_p: np.ndarray, lower_zero: np.ndarray, tau: float) -> dict[str, Any]:
@@ -98,7 +121,7 @@ def text_metric_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     token-Levenshtein ε mass, reach τ_min; both, Levenshtein only, BLEU only (CBS §F.9)."""
     tau, epsilon = config.tau_min, config.cbs.epsilon
     bleu = verdict.cbs_extracted(column("cbs_bleu_mass"), tau)
-    lev = verdict.cbs_extracted(np.array([list(v) for v in column("cbs_baseline_lower.levenshtein")], dtype=np.float64)[:, epsilon], tau)
+    lev = verdict.cbs_extracted(_matrix(column("cbs_baseline_lower.levenshtein"))[:, epsilon], tau)
     return {
         "bleu_threshold": config.cbs.bleu_threshold, "levenshtein_epsilon": epsilon,
         "bleu": int(bleu.sum()), "levenshtein": int(lev.sum()),

@@ -61,7 +61,7 @@ def summary_table(summary: dict[str, Any]) -> str:
             ])
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *lines]]
-    out += _verdict_lines(summary)
+    out += _verdict_lines(summary) + _certificate_lines(summary)
     unlocked = summary.get("top_unlocked") or []
     if unlocked:
         out += ["", "Top sequences unlocked by near-verbatim extraction (p_z < tau_min <= CBS lower bound):"]
@@ -89,6 +89,22 @@ def _verdict_lines(summary: dict[str, Any]) -> list[str]:
         near = f"{verdict.LABELS[verdict.NEAR_VERBATIM]} {counts[verdict.NEAR_VERBATIM]} (p_z = 0: {counts['near_verbatim_p_z_zero']})"
         out.append(f"  {name:<{width}}  {verdict.LABELS[verdict.VERBATIM]} {counts[verdict.VERBATIM]}  {near}"
                    f"  {verdict.LABELS[verdict.NOT_EXTRACTED]} {counts[verdict.NOT_EXTRACTED]}")
+    return out
+
+
+def _certificate_lines(summary: dict[str, Any]) -> list[str]:
+    """Per dataset with CBS: mean UB - LB per ε and the share certified to within 1e-3, for the pruning distance (CBS §E)."""
+    rows = [(name, entry["cbs"]) for name, entry in summary["datasets"].items() if "cbs" in entry]
+    if not rows:
+        return []
+    distance = rows[0][1]["distance"]
+    tolerance = rows[0][1]["certificate"][distance]["tolerance"]
+    width = max(len(name) for name, _ in rows)
+    out = ["", f"CBS certificate LB <= p_z,eps <= UB ({distance}): mean UB - LB per eps (share with UB - LB <= {tolerance:g})"]
+    for name, stats in rows:
+        cert = stats["certificate"][stats["distance"]]
+        cells = [f"eps {e}: {gap:.2e} ({share:.0%})" for e, (gap, share) in enumerate(zip(cert["mean_gap"], cert["certified_share"]))]
+        out.append(f"  {name:<{width}}  " + "  ".join(cells))
     return out
 
 
