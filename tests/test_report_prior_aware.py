@@ -14,12 +14,14 @@ import numpy as np
 
 from memrisk.config import parse_config
 from memrisk.report.html import load_run, prior_aware_section, write_report
+from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
 from memrisk.store import RecordStore
 from tests.conftest import WORDS
 from tests.test_report_html import SCRIPT, make_run, records, visible_text
 
 SECTION = "<h3>Prior-aware memorization</h3>"
+BUDGET = " (c = 6, 2 trials)"
 GENERIC = ["the dog", "a river"]
 
 
@@ -57,16 +59,21 @@ def test_prior_aware_section_of_a_real_run(tmp_path, word_model) -> None:
         ratios = np.array([r["pa_log_ratio"] for r in part]) / math.log(10.0)
         median = f"{np.median(ratios[np.isfinite(ratios)]):.2f}" if np.isfinite(ratios).any() else "—"
         expected = [name, role, str(n), count_rate(sum(r["pa_extractable"] for r in part), n),
-                    count_rate(sum(r["pa_memorized"] for r in part), n)]
-        assert [row[:5] + row[6:7] for row in table if row[:2] == [name, role]] == [expected + [median]]
+                    count_rate(sum(r["pa_memorized"] for r in part), n) + BUDGET]
+        assert [row[:5] + row[6:7] for row in table if row[:2] == [name, role]] == [expected + [median + BUDGET]]
+        stats = summary["datasets"][name]["prior_aware"]
+        assert (stats["prefixes_per_trial"], stats["trials"]) == (6, 2)
         for method, extracted in (("greedy", [r["greedy_exact"] for r in part]),
                                   ("probabilistic.topk40", [r["log_p.topk40"] >= math.log(1e-8) for r in part])):
             counts = [sum(extracted), sum(e and r["pa_memorized"] for e, r in zip(extracted, part))]
-            assert [name, method, *(count_rate(k, n) for k in counts)] in table
+            assert [name, method, count_rate(counts[0], n), count_rate(counts[1], n) + BUDGET] in table
     dropped = sum(not (math.isfinite(r["pa_log_prior"]) and math.isfinite(r["pa_log_p"])) for r in rows)
     text = " ".join(visible_text(section).split())
     assert f"{dropped} of {len(rows)} sequences with v̂_s = 0 or P(s|p) = 0 are not drawn" in text
     assert f"m = {info['m']:g}, n = {info['n']:.4g} (calibrated" in text
+    assert "PA-memorized (c = 6, 2 trials)" in " ".join(cells(section.split("lowest ratios")[1])[0])
+    story = summary["datasets"]["story"]["prior_aware"]
+    assert f"PA-memorized {story['pa_memorized']}/{summary['datasets']['story']['examples']}{BUDGET}" in summary_table(summary)
     for sequence, log_ratio in zip(GENERIC, info["calibration"]["log_ratios"]):
         assert [sequence, f"{log_ratio / math.log(10.0):.2f}"] in table
     lowest, highest = section.split("lowest ratios")[1].split("highest ratios")
@@ -101,7 +108,9 @@ def test_prior_aware_section_escapes_text_and_shows_infinite_ratios(tmp_path) ->
     assert "m = 0.001, n = 10 (given in the config); prefix bank corpus-len4-size8-seed0 from book; c = 4" in text
     assert "2 of 6 sequences" in text
     book = [row for row in cells(section) if row[:2] == ["book", "target"]]
-    assert book == [["book", "target", "4", "2/4 (50.00%)", "2/4 (50.00%)", "100.00%", "1.35", "0.00"]]
+    default = " (c = 5,000, 5 trials)"  # the config's defaults: the PA paper's c and trials
+    assert book == [["book", "target", "4", "2/4 (50.00%)", "2/4 (50.00%)" + default, "100.00%" + default, "1.35" + default,
+                     "0.00" + default]]
     highest = cells(section.split("highest ratios")[1])
     assert highest[1][3:7] == ["-1.70", "−∞", "+∞", "yes"] and SCRIPT in highest[1][7]
     assert cells(section.split("lowest ratios")[1])[1][3:6] == ["−∞", "-3.00", "−∞"]

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.errors import MemriskError
 from memrisk.report import books, figures, metrics, verdict
+from memrisk.report.text import pa_budget
 from memrisk.runner import PRIOR_AWARE, WINDOWS
 from memrisk.store import CONFIG, RecordStore
 
@@ -471,7 +472,7 @@ def prior_aware_settings(run: Run) -> Html:
     calibrated = info["n_source"] == "calibrated"
     source = "calibrated: the mean ratio of the generic sequences below" if calibrated else "given in the config"
     line = (f"m = {info['m']:g}, n = {info['n']:.4g} ({source}); prefix bank {info['bank']} from "
-            f"{', '.join(info['bank_datasets'])}; c = {info['prefixes_per_trial']} prefixes per trial, {info['trials']} trials.")
+            f"{', '.join(info['bank_datasets'])}; c = {info['prefixes_per_trial']:,} prefixes per trial, {info['trials']} trials.")
     if not calibrated:
         return tag("p", line)
     cal = info["calibration"]
@@ -480,16 +481,23 @@ def prior_aware_settings(run: Run) -> Html:
     return join([tag("p", line), table(["calibration sequence", "log10 P(s|p) / v̂_s"], rows)])
 
 
+def run_budget(run: Run) -> str:
+    """' (c = 5,000, 5 trials)' of the run's prior-aware settings, shown beside every PA number (PA §4)."""
+    return pa_budget(run.config.prior_aware.prefixes_per_trial, run.config.prior_aware.trials)
+
+
 def prior_aware_tables(run: Run) -> Html:
     """Per dataset: extractable and PA-memorized counts, PA share, median ratio and spread; then the filtered rates."""
     stats = metrics.prior_aware_by_dataset(run.table, run.config)
     roles = {d.name: d.role for d in run.config.datasets}
     header = ["dataset", "role", "examples", "extractable (P(s|p) > m)", "PA-memorized", "PA share (memorized / extractable)",
               "median log10 P(s|p) / v̂_s", "median trial spread (decades)"]
+    budget = run_budget(run)
     rows = [(name, roles[name], s["examples"], count_rate(s["extractable"], s["examples"]),
-             count_rate(s["pa_memorized"], s["examples"]), pct(s["pa_share"]), log10_text(s["median_log10_ratio"]),
-             log10_text(s["median_log10_ratio_spread"])) for name, s in stats.items()]
-    filtered = [(name, method, count_rate(f["extracted"], s["examples"]), count_rate(f["extracted_and_pa_memorized"], s["examples"]))
+             count_rate(s["pa_memorized"], s["examples"]) + budget, pct(s["pa_share"]) + budget,
+             log10_text(s["median_log10_ratio"]) + budget, log10_text(s["median_log10_ratio_spread"]) + budget)
+            for name, s in stats.items()]
+    filtered = [(name, method, count_rate(f["extracted"], s["examples"]), count_rate(f["extracted_and_pa_memorized"], s["examples"]) + budget)
                 for name, s in stats.items() for method, f in s["filtered"].items()]
     return join([
         table(header, rows),
@@ -499,30 +507,31 @@ def prior_aware_tables(run: Run) -> Html:
     ])
 
 
-def extremes_table(entries: Sequence[dict[str, Any]]) -> Html:
-    """Sequences with their log10 P(s|p), prior and ratio, PA verdict and suffix text."""
+def extremes_table(entries: Sequence[dict[str, Any]], budget: str) -> Html:
+    """Sequences with their log10 P(s|p), prior and ratio, PA verdict and suffix text; `budget` names c and the trials."""
     rows = [(e["example_id"], e["dataset"], e["role"], log10_text(e["log10_p"]), log10_text(e["log10_prior"]),
              log10_text(e["log10_ratio"]), "yes" if e["pa_memorized"] else "no", tag("div", e["suffix_text"], class_="text"))
             for e in entries]
-    return table(["example", "dataset", "role", "log10 P(s|p)", "log10 v̂_s", "log10 ratio", "PA-memorized", "suffix"], rows)
+    header = ["example", "dataset", "role", "log10 P(s|p)", f"log10 v̂_s{budget}", f"log10 ratio{budget}", f"PA-memorized{budget}", "suffix"]
+    return table(header, rows)
 
 
 def prior_aware_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
     """Settings, per-dataset PA counts and filtered rates, the prior scatter, and the lowest and highest ratios."""
-    a = run.arrays
+    a, budget = run.arrays, run_budget(run)
     parts: list[object] = [tag("h3", "Prior-aware memorization"), prior_aware_settings(run), prior_aware_tables(run)]
     pics: list[Picture] = []
     if run.prior:
         dropped = a.count - int(metrics.finite_points(a.pa_log_prior, a.pa_log_p).sum())
-        caption = (f"P(s|p) against the prior v̂_s (log–log), targets and controls; PA-memorized sequences are stars. "
+        caption = (f"P(s|p) against the prior v̂_s{budget} (log–log), targets and controls; PA-memorized sequences are stars. "
                    f"Dotted: P(s|p) = m; dashed: the PA boundary P(s|p) = n·v̂_s. {dropped} of {a.count} sequences with "
                    "v̂_s = 0 or P(s|p) = 0 are not drawn.")
         pics.append(picture(f"{prefix}prior-aware", caption, figures.prior_aware_figure(
             a.pa_log_prior, a.pa_log_p, a.role, a.pa_memorized, run.prior["m"], run.prior["n"])))
         parts += map(figure_html, pics)
     ends = metrics.prior_aware_ends(run.table, TOP_ROWS)
-    parts += [tag("h4", f"{TOP_ROWS} lowest ratios P(s|p) / v̂_s"), extremes_table(ends["lowest"]),
-              tag("h4", f"{TOP_ROWS} highest ratios P(s|p) / v̂_s"), extremes_table(ends["highest"])]
+    parts += [tag("h4", f"{TOP_ROWS} lowest ratios P(s|p) / v̂_s"), extremes_table(ends["lowest"], budget),
+              tag("h4", f"{TOP_ROWS} highest ratios P(s|p) / v̂_s"), extremes_table(ends["highest"], budget)]
     return join(parts), pics
 
 

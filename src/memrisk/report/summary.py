@@ -130,8 +130,8 @@ def text_metric_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
 
 
 def prior_aware_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
-    """Extractable (P(s|p) > m) vs PA-memorized counts, the PA share, and PA as a filter on the
-    other methods' extraction verdicts ("extractable and PA-memorized").
+    """Extractable (P(s|p) > m) vs PA-memorized counts, the PA share, the c and trials behind v̂_s (PA §4), and PA as
+    a filter on the other methods' extraction verdicts ("extractable and PA-memorized").
 
     `column(name)` returns one record column as an array (list columns as object arrays).
     """
@@ -144,6 +144,8 @@ def prior_aware_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
         "pa_share": float(memorized.sum() / extractable.sum()) if extractable.any() else None,
         "median_log10_ratio": _finite_stat(log10(ratio), np.median),
         "median_log10_ratio_spread": _finite_stat(log10(column("pa_log_ratio_spread").astype(np.float64)), np.median),
+        "prefixes_per_trial": config.prior_aware.prefixes_per_trial,
+        "trials": config.prior_aware.trials,
     }
     tau = config.tau_min
     filtered: dict[str, Any] = {}

@@ -118,12 +118,17 @@ def _prior_aware_lines(summary: dict[str, Any]) -> list[str]:
     out = ["", f"Prior-aware memorization, {thresholds}: extractable P(s|p) > m; PA-memorized also P(s|p)/prior > n"]
     width = max(len(name) for name, _ in rows)
     for name, stats in rows:
-        median = stats["median_log10_ratio"]
+        median, examples = stats["median_log10_ratio"], summary["datasets"][name]["examples"]
         out.append(
-            f"  {name:<{width}}  extractable {stats['extractable']:>3}  PA-memorized {stats['pa_memorized']:>3}"
-            f"  median log10 P(s|p)/prior {'-' if median is None else f'{median:.1f}'}"
+            f"  {name:<{width}}  extractable {stats['extractable']}/{examples}  PA-memorized {stats['pa_memorized']}/{examples}"
+            f"{pa_budget(stats['prefixes_per_trial'], stats['trials'])}  median log10 P(s|p)/prior {'-' if median is None else f'{median:.1f}'}"
         )
     return out
+
+
+def pa_budget(c: int, trials: int) -> str:
+    """' (c = 5,000, 5 trials)': the bank prefixes per trial and the trials behind a PA number's prior v̂_s (PA §4)."""
+    return f" (c = {c:,}, {trials} trials)"
 
 
 def books_table(summary: dict[str, Any]) -> str:
