@@ -122,3 +122,24 @@ def test_default_prefixes_per_trial_is_the_papers_c() -> None:
     # PA §4: "we prompt the model with 5000 randomly sampled sequences ... We repeat this for 5 trials"
     config = parse_config({"model": {"name": "m"}, "datasets": [{"name": "d", "documents": ["x"]}]})
     assert (config.prior_aware.prefixes_per_trial, config.prior_aware.trials) == (5000, 5)
+
+
+def test_exclude_own_document_false_is_the_papers_bank(tmp_path, word_model) -> None:
+    # PA §4 draws the c prefixes from the whole dataset, the target's own document included; memrisk leaves that
+    # document out by default (docs/prior_aware.md) and `exclude_own_document: false` gives the paper's bank back
+    words = random.Random(1).choices(WORDS, k=300)
+    used = {}
+    for exclude in (True, False):
+        run = parse_config({
+            "model": {"name": "word-model"},
+            "datasets": [{"name": "story", "documents": [" ".join(words[:150]), " ".join(words[150:])]}],
+            "windows": {"mode": "book", "prefix_length": 6, "suffix_length": 3, "stride": 60},
+            "methods": ["prior_aware"],
+            "prior_aware": {"prefixes_per_trial": 8, "trials": 2, "n": 2.0, "exclude_own_document": exclude},
+        })
+        run_experiment(run, tmp_path / str(exclude), model=word_model, progress=False)
+        rows = RecordStore.existing(tmp_path / str(exclude)).read_records().to_pylist()
+        used[exclude] = [r["pa_prefixes_used"] for r in rows]
+        assert all(math.isfinite(r["pa_log_prior"]) for r in rows)
+    assert used[False] == [16] * len(used[False]), "every bank prefix is eligible, the own document's too"
+    assert all(0 < n < 16 for n in used[True]), "the own document's prefixes are left out"
