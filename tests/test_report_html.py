@@ -62,7 +62,8 @@ def record(i: int, dataset: str, log_p: float, lower: list[float], greedy_text: 
         "greedy_hamming": 0 if exact else 2, "greedy_levenshtein": 0 if exact else 1,
         "cbs_lower.levenshtein": lower, "cbs_upper.levenshtein": [x + 0.01 for x in lower],
         "cbs_lower.hamming": lower, "cbs_upper.hamming": [x + 0.01 for x in lower],
-        "cbs_covered_mass": lower[-1], "cbs_bank": 0.0, "cbs_eos_mass": 0.0, "token_evals.cbs": 12,
+        "cbs_covered_mass": lower[-1], "cbs_bank": 0.0, "cbs_eos_mass": 0.0,
+        "token_evals.probabilistic": 4 + 4, "token_evals.greedy": 4 + 4 - 1, "token_evals.cbs": 12 + i,
         "cbs_stop": "completed", "cbs_stop_step": 4, "cbs_log_p": [math.log(max(lower[-1], 1e-12))],
         "cbs_hamming": [1], "cbs_levenshtein": [1], "cbs_bleu_mass": 0.0, "cbs_char_levenshtein_mass": [0.0] * 4,
         "cbs_top": [{"tokens": [5, 6, 7, 9], "text": candidate, "log_p": math.log(max(lower[-1], 1e-12)), "hamming": 1, "levenshtein": 1}],
@@ -209,6 +210,37 @@ def test_certificate_upper_bounds_in_summary_html_and_text(tmp_path) -> None:
 
     text = summary_table(summary)
     assert "book     eps 0: 5.06e-02 (50%)  eps 1: 5.06e-02 (50%)  eps 2: 5.06e-02 (50%)" in text
+
+
+def test_token_evaluations_per_method_in_summary_html_and_text(tmp_path) -> None:
+    # CBS App. C.3, Tables 1–2: teacher forcing a + T, greedy a + T − 1, CBS a + Σ|L_t|, per window and in total
+    folder = make_run(tmp_path / "run")
+    summary = summarize(RecordStore.existing(folder).read_records(), parse_config(config(["probabilistic", "greedy", "cbs"])), {})
+    assert summary["token_evals"] == {
+        "probabilistic": {"total": 48, "windows": 6, "per_window": 8.0},
+        "greedy": {"total": 42, "windows": 6, "per_window": 7.0},
+        "cbs": {"total": 72 + 15, "windows": 6, "per_window": 14.5},
+    }
+    assert summary["datasets"]["book"]["token_evals"]["cbs"] == {"total": 48 + 6, "windows": 4, "per_window": 13.5}
+    assert summary["datasets"]["heldout"]["token_evals"]["greedy"] == {"total": 14, "windows": 2, "per_window": 7.0}
+
+    rows = row_texts(write_report([folder]).read_text(encoding="utf-8").split("Token evaluations")[1])
+    assert rows[:4] == [["method", "token evaluations", "windows", "per window"], ["teacher forcing (probabilistic)", "48", "6", "8.0"],
+                        ["greedy", "42", "6", "7.0"], ["CBS", "87", "6", "14.5"]]
+
+    text = summary_table(summary).split("Token evaluations")[1].splitlines()
+    assert [line.split() for line in text[2:5]] == [["teacher", "forcing", "(probabilistic)", "48", "6", "8.0"],
+                                                   ["greedy", "42", "6", "7.0"], ["CBS", "87", "6", "14.5"]]
+
+
+def test_records_without_token_evaluation_columns_have_no_cost_table(tmp_path) -> None:
+    rows = [{k: v for k, v in r.items() if not k.startswith("token_evals.")} | {"cbs_token_evals": 12} for r in records()]
+    folder = make_run(tmp_path / "run", rows)
+    run_config = parse_config(config(["probabilistic", "greedy"]))
+    summary = summarize(RecordStore.existing(folder).read_records(), run_config, {})
+    assert "token_evals" not in summary and "token_evals" not in summary["datasets"]["book"]
+    assert "Token evaluations" not in summary_table(summary)
+    assert "Token evaluations" not in write_report([folder]).read_text(encoding="utf-8")
 
 
 def test_diff_marks_matched_missing_and_added_spans() -> None:

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.errors import MemriskError
 from memrisk.report import books, figures, metrics, verdict
-from memrisk.report.text import pa_budget
+from memrisk.report.text import pa_budget, token_eval_rows
 from memrisk.runner import PRIOR_AWARE, WINDOWS
 from memrisk.store import CONFIG, RecordStore
 
@@ -291,6 +291,16 @@ def rates_table(run: Run) -> Html:
     return table(header, rows)
 
 
+def cost_table(costs: dict[str, dict[str, Any]]) -> Html:
+    """Token evaluations per method over the run: total, windows, per window (CBS App. C.3, Tables 1–2)."""
+    return join([
+        tag("h3", "Token evaluations per method"),
+        note("The model's work as CBS App. C.3 counts it: teacher forcing a + T for every policy at once, greedy "
+             "a + T − 1, CBS a + Σ_t |L_t|, prior-aware a + T plus c·trials·T."),
+        table(["method", "token evaluations", "windows", "per window"], token_eval_rows(costs)),
+    ])
+
+
 def certificate_table(run: Run) -> Html:
     """Per dataset and ε: mean LB_ε, mean UB_ε, mean UB_ε − LB_ε and the share certified to within 1e-3 (CBS §E)."""
     a, rows = run.arrays, []
@@ -545,6 +555,9 @@ def run_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
     parts += [tag("h3", f"Extraction rates (τ_min = {run.tau:g})"), rates_table(run)]
     if run.arrays.lower is not None:
         parts.append(certificate_table(run))
+    costs = metrics.token_evals(run.table)
+    if costs:
+        parts.append(cost_table(costs))
     if run.near_verbatim:
         parts.append(near_verbatim_tables(run))
     pics = run_pictures(run, prefix)

@@ -16,7 +16,16 @@ import pyarrow as pa
 from memrisk.config import ExperimentConfig
 from memrisk.extraction.discoverable import rate_table
 from memrisk.report import verdict
-from memrisk.report.summary import CERTIFIED_GAP, certificate, prior_aware_extremes, prior_aware_stats, probabilistic_stats, recovery
+from memrisk.report.summary import (
+    CERTIFIED_GAP,
+    certificate,
+    prior_aware_extremes,
+    prior_aware_stats,
+    probabilistic_stats,
+    recovery,
+    token_eval_columns,
+    token_eval_stats,
+)
 
 CCDF_POINTS = (1e-3, 1e-2, 1e-1)
 ROLES = ("target", "control")
@@ -233,6 +242,11 @@ def prior_aware_by_dataset(table: pa.Table, config: ExperimentConfig) -> dict[st
 def prior_aware_ends(table: pa.Table, count: int) -> dict[str, list[dict[str, Any]]]:
     """summary.json's `prior_aware_extremes` (lowest and highest P(s|p) / v̂ ratio), from the records."""
     return prior_aware_extremes(table.select(list(EXTREME_COLUMNS)).to_pydict(), count)
+
+
+def token_evals(table: pa.Table) -> dict[str, dict[str, Any]]:
+    """summary.json's `token_evals` (per-method totals, CBS Tables 1–2), from the records."""
+    return token_eval_stats(lambda name: table.column(name).to_numpy(zero_copy_only=False), token_eval_columns(table.column_names))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from memrisk.report import verdict
 NEAR_VERBATIM_EPSILONS = (0, 1, 2, 3, 4, 5)
 CERTIFIED_GAP = 1e-3
 DISTANCES = ("levenshtein", "hamming")
+TOKEN_EVALS = "token_evals."
 LOG10_E = math.log10(math.e)
 
 
@@ -129,6 +130,23 @@ def text_metric_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     }
 
 
+def token_eval_columns(column_names: list[str]) -> list[str]:
+    """The records' `token_evals.<method>` columns, in record order."""
+    return [name for name in column_names if name.startswith(TOKEN_EVALS)]
+
+
+def token_eval_stats(column: Any, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per method: total token evaluations, windows counted and the mean per window, as CBS App. C.3 counts them
+    (Tables 1–2). `column(name)` returns one record column as an array (missing values as None or NaN)."""
+    out = {}
+    for name in names:
+        values = np.asarray(column(name), dtype=np.float64)
+        counted = values[~np.isnan(values)]
+        total, windows = int(counted.sum()), int(counted.size)
+        out[name.removeprefix(TOKEN_EVALS)] = {"total": total, "windows": windows, "per_window": total / windows if windows else None}
+    return out
+
+
 def prior_aware_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
     """Extractable (P(s|p) > m) vs PA-memorized counts, the PA share, the c and trials behind v̂_s (PA §4), and PA as
     a filter on the other methods' extraction verdicts ("extractable and PA-memorized").
@@ -190,7 +208,7 @@ def prior_aware_extremes(rows: dict[str, list], count: int = 10) -> dict[str, li
 
 
 def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, Any]) -> dict[str, Any]:
-    """Per-dataset rates for every method and policy, (n,p) tables and the top sequences."""
+    """Per-dataset rates for every method and policy, (n,p) tables, the top sequences and token evaluations per method."""
     labels = [p.label for p in config.policies]
     summary: dict[str, Any] = {
         "examples": table.num_rows,
@@ -203,6 +221,7 @@ def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, 
         return summary
     rows = table.to_pydict()
     datasets = np.asarray(rows["dataset"])
+    costs = token_eval_columns(table.column_names)
     for dataset in config.datasets:
         mask = datasets == dataset.name
 
@@ -225,7 +244,11 @@ def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, 
             entry["cbs"] = cbs_stats(column, config)
         if "prior_aware" in config.methods and mask.any():
             entry["prior_aware"] = prior_aware_stats(column, config)
+        if costs and mask.any():
+            entry["token_evals"] = token_eval_stats(column, costs)
         summary["datasets"][dataset.name] = entry
+    if costs:
+        summary["token_evals"] = token_eval_stats(lambda name: rows[name], costs)
     if "prior_aware" in config.methods:
         summary["prior_aware_extremes"] = prior_aware_extremes(rows)
     if "probabilistic" in config.methods:

@@ -7,6 +7,11 @@ from typing import Any
 
 from memrisk.report import verdict
 
+TOKEN_EVAL_LABELS = {
+    "probabilistic": "teacher forcing (probabilistic)", "greedy": "greedy", "cbs": "CBS",
+    "cbs_baseline": "k-CBS baseline (text metrics)", "prior_aware": "prior-aware",
+}
+
 
 def _fmt_log10(value: float | None) -> str:
     """A log10 probability with one decimal, or '-inf' when there is none."""
@@ -68,7 +73,7 @@ def summary_table(summary: dict[str, Any]) -> str:
         for item in unlocked[:5]:
             out.append(f"  log10 p_z {item['log10_p']:7.2f}  log10 LB {item['log10_lower_bound']:6.2f}  {item['dataset']}")
             out.append("    " + inline_diff(item["suffix_text"], item["best_candidate"] or ""))
-    out += _prior_aware_lines(summary)
+    out += _prior_aware_lines(summary) + _token_eval_lines(summary)
     top = summary.get("top_sequences") or []
     if top:
         out += ["", f"Top sequences by p_z ({top[0]['policy']}):"]
@@ -106,6 +111,22 @@ def _certificate_lines(summary: dict[str, Any]) -> list[str]:
         cells = [f"eps {e}: {gap:.2e} ({share:.0%})" for e, (gap, share) in enumerate(zip(cert["mean_gap"], cert["certified_share"]))]
         out.append(f"  {name:<{width}}  " + "  ".join(cells))
     return out
+
+
+def token_eval_rows(costs: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """Method, total token evaluations, windows, per window (CBS App. C.3, Tables 1–2), as display strings."""
+    return [[TOKEN_EVAL_LABELS.get(method, method), f"{c['total']:,}", f"{c['windows']:,}",
+             "-" if c["per_window"] is None else f"{c['per_window']:,.1f}"] for method, c in costs.items()]
+
+
+def _token_eval_lines(summary: dict[str, Any]) -> list[str]:
+    """The run's token evaluations per method, when the records carry them."""
+    if "token_evals" not in summary:
+        return []
+    rows = [["method", "total", "windows", "per window"], *token_eval_rows(summary["token_evals"])]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [row[0].ljust(widths[0]) + "".join(f"  {cell:>{w}}" for cell, w in zip(row[1:], widths[1:])) for row in rows]
+    return ["", "Token evaluations per method (CBS App. C.3):", *("  " + line for line in lines)]
 
 
 def _prior_aware_lines(summary: dict[str, Any]) -> list[str]:
