@@ -76,7 +76,6 @@ def cbs_stats(column: Any, config: ExperimentConfig) -> dict[str, Any]:
         "distance": distance,
         "rate": {d: {str(e): float(verdict.cbs_extracted(lb[:, e], tau).mean()) for e in range(lb.shape[1])} for d, lb in lower.items()},
         "certificate": {d: certificate(lower[d], upper[d]) for d in lower},
-        "mean_token_evals": float(column("token_evals.cbs").astype(np.float64).mean()),
         "stops": {str(k): int(v) for k, v in zip(stops, counts)},
     }
     if config.cbs.text_metrics:
