@@ -44,7 +44,8 @@ def _cbs_cell(stats: dict[str, Any] | None) -> str:
 
 
 def summary_table(summary: dict[str, Any]) -> str:
-    """Rates per dataset and policy, greedy rates and the top sequences as aligned text."""
+    """Rates per dataset and policy, greedy rates, verdicts, the CBS certificate, PA counts, token evaluations and the
+    top sequences as aligned text."""
     tau = summary["tau_min"]
     header = [
         "dataset", "role", "windows", "policy", f"p_z >= {tau:g}", "median log10 p_z", "max log10 p_z",
@@ -107,7 +108,7 @@ def _certificate_lines(summary: dict[str, Any]) -> list[str]:
     width = max(len(name) for name, _ in rows)
     out = ["", f"CBS certificate LB <= p_z,eps <= UB ({distance}): mean UB - LB per eps (share with UB - LB <= {tolerance:g})"]
     for name, stats in rows:
-        cert = stats["certificate"][stats["distance"]]
+        cert = stats["certificate"][distance]
         cells = [f"eps {e}: {gap:.2e} ({share:.0%})" for e, (gap, share) in enumerate(zip(cert["mean_gap"], cert["certified_share"]))]
         out.append(f"  {name:<{width}}  " + "  ".join(cells))
     return out
