@@ -28,11 +28,11 @@ from memrisk.extraction.prior_aware import (
     prior_aware,
 )
 from memrisk.extraction.probabilistic import verbatim_scores
+from memrisk.lock import locked_folder
 from memrisk.models.backend import LanguageModel, load_model
 from memrisk.models.memory import auto_batch_size, halving_on_oom
 from memrisk.report.books import is_books_run
 from memrisk.report.summary import summarize
-from memrisk.lock import locked_folder
 from memrisk.store import CONFIG, RecordStore, refuse_changed_settings
 
 SUMMARY = "summary.json"
@@ -173,10 +173,10 @@ def score_examples(
         else None
     )
     bos = 0 if lm.bos_token_id is None else 1
+    one_pass = [bos + len(p) + len(s) for p, s in zip(prefixes, suffixes)]  # a + T: prefix ‖ suffix once (CBS App. C.3)
     records = []
     for i, example in enumerate(examples):
         w = example.window
-        prefix_evals, suffix_length = bos + len(w.prefix_ids), len(w.suffix_ids)
         record: dict[str, Any] = {
             "example_id": example.example_id,
             "dataset": example.dataset,
@@ -196,7 +196,7 @@ def score_examples(
             for j, label in enumerate(labels):
                 record[f"log_p.{label}"] = float(scores.log_p[i, j])
                 record[f"token_log_p.{label}"] = scores.token_log_probs[i, j].tolist()
-            record["token_evals.probabilistic"] = prefix_evals + suffix_length
+            record["token_evals.probabilistic"] = one_pass[i]
         if greedy is not None:
             g = greedy[i]
             record |= {
@@ -205,7 +205,7 @@ def score_examples(
                 "greedy_exact": g.exact,
                 "greedy_hamming": g.hamming,
                 "greedy_levenshtein": g.levenshtein,
-                "token_evals.greedy": prefix_evals + suffix_length - 1,
+                "token_evals.greedy": one_pass[i] - 1,
             }
         records.append(record)
     if "cbs" in config.methods:
@@ -220,9 +220,8 @@ def score_examples(
         own = [f"{e.dataset}/{e.window.doc_id}" for e in examples] if config.prior_aware.exclude_own_document else None
         scores = prior_aware(lm, prefixes, suffixes, prior.bank, prior.m, prior.n, trials=config.prior_aware.trials, documents=own)
         bank_rows = scores.prefixes_per_trial * scores.trials
-        for record, result in zip(records, scores.results):
-            own = bos + len(record["prefix_ids"]) + len(record["suffix_ids"])
-            record |= prior_aware_record(result) | {"token_evals.prior_aware": own + bank_rows * len(record["suffix_ids"])}
+        for record, result, evals, suffix in zip(records, scores.results, one_pass, suffixes):
+            record |= prior_aware_record(result) | {"token_evals.prior_aware": evals + bank_rows * len(suffix)}
     return records
 
 
