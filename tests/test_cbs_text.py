@@ -12,7 +12,7 @@ import pyarrow as pa
 from memrisk.config import load_config, parse_config
 from memrisk.distance import levenshtein, sentence_bleu
 from memrisk.extraction.cbs import Candidate, CBSResult, Stop, text_masses
-from memrisk.report.summary import text_metric_stats
+from memrisk.methods.cbs import text_metric_stats
 from memrisk.runner import run_experiment
 from tests.test_run import records, write_config
 

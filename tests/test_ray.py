@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from memrisk.config import load_config
-from memrisk.distributed import RAY_RUN, run_experiment_on_ray, worker_resources
+from memrisk.distributed import run_experiment_on_ray, worker_resources
+from memrisk.layout import RAY_RUN
 from memrisk.errors import MemriskError
 from memrisk.runner import run_experiment
 from tests import numerics

@@ -20,7 +20,7 @@ from memrisk.books.providers import ChatResponse, GenerationSettings, Usage
 from memrisk.books.run import run_books
 from memrisk.report import books
 from memrisk.report.html import money, pct, write_report
-from memrisk.runner import rebuild_summary
+from memrisk.summary import rebuild_summary
 from tests import test_report_html as shared
 from tests.test_report_html import BROWSER_MISSING, SCRIPT, QuietHandler, full_page_png, make_run, records, visible_text
 

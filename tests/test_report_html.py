@@ -23,9 +23,10 @@ import pytest
 
 from memrisk import cli
 from memrisk.config import parse_config
-from memrisk.report import figures, metrics, verdict
+from memrisk import rules
+from memrisk.report import figures, metrics
 from memrisk.report.html import diff_html, write_report
-from memrisk.report.summary import summarize
+from memrisk.summary import summarize
 from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
 from memrisk.store import RecordStore
@@ -173,7 +174,7 @@ def test_one_verdict_rule_for_summary_metrics_html_and_text(tmp_path) -> None:
               "near_verbatim_p_z_zero": 0, "near_verbatim_p_z_positive": 1, "total": 3}
 
     a = metrics.run_arrays(records_table, run_config)
-    assert verdict.verdicts(a.log_p, a.lower[:, -1], tau).tolist() == ["not_extracted", "near_verbatim", "verbatim"]
+    assert rules.verdicts(a.log_p, a.lower[:, -1], tau).tolist() == ["not_extracted", "near_verbatim", "verbatim"]
     assert metrics.verdicts_by_epsilon(a.log_p, a.lower, tau)[-1] == counts
 
     summary = summarize(records_table, run_config, {})
@@ -339,7 +340,7 @@ def test_report_of_a_real_run(tmp_path, word_model) -> None:
     page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
     assert page.count("data:image/png;base64,") == 7 and "Run: word-model" in page
     a = metrics.run_arrays(RecordStore.existing(tmp_path / "out").read_records(), run)
-    shares = metrics.shell_shares(a.lower, run.tau_min)
+    shares = rules.shell_shares(a.lower, run.tau_min)
     assert shares.shape[0] >= 2, "the run extracts some windows near-verbatim"
     assert np.abs(shares.sum(axis=1) - 1.0).max() <= 1e-12
 

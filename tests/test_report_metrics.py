@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from memrisk.config import parse_config
-from memrisk.report import metrics, verdict
+from memrisk import rules
+from memrisk.report import metrics
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -55,8 +56,8 @@ GREEDY = [0, 2, 5, 1, 3]
 
 
 def test_fraction_of_an_empty_population_is_none() -> None:
-    assert metrics.fraction(0, 0) is None
-    assert metrics.fraction(1, 4) == 0.25
+    assert rules.fraction(0, 0) is None
+    assert rules.fraction(1, 4) == 0.25
 
 
 def test_extraction_rates_per_method_and_epsilon() -> None:
@@ -85,9 +86,9 @@ def test_methods_the_run_did_not_use_are_absent() -> None:
 
 
 def test_verdicts_verbatim_near_verbatim_and_not_extracted() -> None:
-    kinds = verdict.verdicts(np.array(LOG_P), np.array(LOWER)[:, -1], TAU)
+    kinds = rules.verdicts(np.array(LOG_P), np.array(LOWER)[:, -1], TAU)
     assert kinds.tolist() == ["verbatim", "near_verbatim", "near_verbatim", "verbatim", "near_verbatim"]
-    assert verdict.counts(np.array(LOG_P), np.array(LOWER)[:, -1], TAU) == {
+    assert rules.counts(np.array(LOG_P), np.array(LOWER)[:, -1], TAU) == {
         "verbatim": 2, "near_verbatim": 3, "not_extracted": 0,
         "near_verbatim_p_z_zero": 1, "near_verbatim_p_z_positive": 2, "total": 5,
     }
@@ -97,16 +98,16 @@ def test_verdicts_compare_log_p_with_log_tau() -> None:
     # p_z = e^-800 underflows to 0.0 as a float, yet it is positive: near-verbatim with 0 < p_z, never "p_z = 0"
     log_p = np.array([-800.0, -800.0, -math.inf, LOG(TAU), np.nextafter(LOG(TAU), -math.inf)])
     lower_top = np.array([0.0, TAU * (1 + 1e-12), TAU, 0.0, 0.0])
-    assert verdict.verdicts(log_p, lower_top, TAU).tolist() == [
+    assert rules.verdicts(log_p, lower_top, TAU).tolist() == [
         "not_extracted", "near_verbatim", "near_verbatim", "verbatim", "not_extracted",
     ]
-    counts = verdict.counts(log_p, lower_top, TAU)
+    counts = rules.counts(log_p, lower_top, TAU)
     assert (counts["near_verbatim_p_z_zero"], counts["near_verbatim_p_z_positive"]) == (1, 1)
 
 
 def test_nothing_unlocked_below_tau_and_on_empty_input() -> None:
-    assert verdict.verdicts(np.array([-math.inf, LOG(1e-5)]), np.array([9e-4, 0.0]), TAU).tolist() == ["not_extracted"] * 2
-    assert verdict.counts(np.empty(0), np.empty(0), TAU) == {
+    assert rules.verdicts(np.array([-math.inf, LOG(1e-5)]), np.array([9e-4, 0.0]), TAU).tolist() == ["not_extracted"] * 2
+    assert rules.counts(np.empty(0), np.empty(0), TAU) == {
         "verbatim": 0, "near_verbatim": 0, "not_extracted": 0, "near_verbatim_p_z_zero": 0, "near_verbatim_p_z_positive": 0, "total": 0,
     }
 
@@ -120,7 +121,7 @@ def test_verdicts_by_epsilon_grow_with_the_ball() -> None:
 def test_mass_gain_is_cbs_near_verbatim_minus_cbs_verbatim_mass() -> None:
     # CBS eq. 50: Δ = p̂_{z,5} − p_z with p_z "the verbatim mass from k-CBS results" (LB_0), so never negative;
     # the fourth window has a teacher-forced p_z = 2e-3 that CBS did not find (LB = 0): its gain is 0, not −2e-3
-    gain = metrics.mass_gain(np.array(LOWER))
+    gain = rules.mass_gain(np.array(LOWER))
     assert gain == pytest.approx([0.15, 2e-3 - 1e-4, 4e-3, 0.0, 1e-3])
 
 
@@ -153,11 +154,11 @@ def test_gain_table_population_and_extracted_set() -> None:
 
 
 def test_shell_masses_and_shares() -> None:
-    masses = metrics.shell_masses(np.array(LOWER))
+    masses = rules.shell_masses(np.array(LOWER))
     assert masses[0] == pytest.approx([0.5, 0.05, 0.1])
     assert masses[2] == pytest.approx([0.0, 0.0, 4e-3])
     assert masses[3].tolist() == [0.0, 0.0, 0.0]
-    shares = metrics.shell_shares(np.array(LOWER), TAU)
+    shares = rules.shell_shares(np.array(LOWER), TAU)
     assert shares.shape == (4, 3)
     assert shares[0] == pytest.approx([0.5 / 0.65, 0.05 / 0.65, 0.1 / 0.65])
     assert shares[1] == pytest.approx([0.05, 0.2, 0.75])
@@ -168,8 +169,8 @@ def test_shell_masses_and_shares() -> None:
 def test_shell_zero_is_the_cbs_verbatim_mass_not_the_teacher_forced_p_z() -> None:
     # CBS eqs. 51–52: Δ(0) = p̂_{z,0}; a teacher-forced p_z = 0.3 that CBS missed must not enter the shares
     lower = np.array([[0.0, 0.2, 0.5], [0.1, 0.1, 0.4]])
-    assert metrics.shell_masses(lower) == pytest.approx(np.array([[0.0, 0.2, 0.3], [0.1, 0.0, 0.3]]))
-    assert metrics.shell_shares(lower, TAU) == pytest.approx(np.array([[0.0, 0.4, 0.6], [0.25, 0.0, 0.75]]))
+    assert rules.shell_masses(lower) == pytest.approx(np.array([[0.0, 0.2, 0.3], [0.1, 0.0, 0.3]]))
+    assert rules.shell_shares(lower, TAU) == pytest.approx(np.array([[0.0, 0.4, 0.6], [0.25, 0.0, 0.75]]))
 
 
 def test_shell_shares_of_every_window_sum_to_one() -> None:
@@ -177,39 +178,39 @@ def test_shell_shares_of_every_window_sum_to_one() -> None:
     scale = 10.0 ** rng.uniform(-9.0, 0.0, size=(500, 1))
     lower = np.cumsum(rng.dirichlet(np.ones(6), size=500) * rng.uniform(0.0, 1.0, size=(500, 1)), axis=1) * scale
     lower[::7, :3] = 0.0
-    shares = metrics.shell_shares(lower, 1e-12)
+    shares = rules.shell_shares(lower, 1e-12)
     assert shares.shape == (500, 6)
     assert np.abs(shares.sum(axis=1) - 1.0).max() <= 1e-12
     assert shares[:, 0] == pytest.approx(lower[:, 0] / lower[:, -1], rel=1e-15)
 
 
 def test_shell_shares_with_all_zero_masses_are_empty() -> None:
-    shares = metrics.shell_shares(np.zeros((2, 6)), TAU)
+    shares = rules.shell_shares(np.zeros((2, 6)), TAU)
     assert shares.shape == (0, 6)
     assert metrics.medians(shares) == [None] * 6
-    assert metrics.shell_masses(np.empty((0, 6))).shape == (0, 6)
+    assert rules.shell_masses(np.empty((0, 6))).shape == (0, 6)
 
 
 def test_certificate_mean_gap_and_share_within_1e_3_per_epsilon() -> None:
     # CBS §E: LB_ε ≤ p_{z,ε} ≤ UB_ε; a window is certified to within 1e-3 when UB_ε − LB_ε ≤ 1e-3 (the boundary counts)
     lower = np.array([[0.0, 0.0], [0.0, 0.25], [0.5, 0.5], [0.0, 0.0]])
     upper = np.array([[0.001, 0.001], [0.5, 0.25], [0.5, 1.0], [0.0, 0.0]])
-    cert = metrics.certificate(lower, upper)
+    cert = rules.certificate(lower, upper)
     assert cert["tolerance"] == 1e-3
     assert cert["mean_lower"] == pytest.approx([0.125, 0.1875]) and cert["mean_upper"] == pytest.approx([0.25025, 0.31275])
     assert cert["mean_gap"] == pytest.approx([0.12525, 0.12525])
     assert cert["certified_share"] == [0.75, 0.75]
-    empty = metrics.certificate(np.empty((0, 2)), np.empty((0, 2)))
+    empty = rules.certificate(np.empty((0, 2)), np.empty((0, 2)))
     assert empty["mean_gap"] == [None, None] and empty["certified_share"] == [None, None]
 
 
 def test_recovery_ratio_missed_and_extra() -> None:
     log_p = np.array([LOG(0.5), LOG(0.01), LOG(1e-4), -math.inf])
     lower_zero = np.array([0.5, 0.0, 2e-3, 0.0])
-    out = metrics.recovery(np.array(["a", "b", "c", "d"], dtype=object), log_p, lower_zero, TAU)
+    out = rules.recovery(np.array(["a", "b", "c", "d"], dtype=object), log_p, lower_zero, TAU)
     assert out == {"teacher_forced": 2, "cbs_verbatim": 2, "ratio": 1.0, "mass_ratio": pytest.approx(0.5 / 0.51),
                    "missed": ["b"], "extra": ["c"]}
-    none = metrics.recovery(np.array(["a"], dtype=object), np.array([-math.inf]), np.array([0.0]), TAU)
+    none = rules.recovery(np.array(["a"], dtype=object), np.array([-math.inf]), np.array([0.0]), TAU)
     assert none["ratio"] is None and none["mass_ratio"] is None and none["missed"] == [] and none["teacher_forced"] == 0
 
 
@@ -299,7 +300,7 @@ def test_run_arrays_of_a_run_without_records() -> None:
     assert a.count == 0 and a.lower.shape == (0, 3) and a.log_p.size == 0
     assert metrics.extraction_rates(a, TAU)["cbs"] == [None, None, None]
     assert metrics.gain_table(a.lower, TAU)["any_gain"] is None
-    assert metrics.shell_shares(a.lower, TAU).shape == (0, 3)
+    assert rules.shell_shares(a.lower, TAU).shape == (0, 3)
 
 
 def test_run_arrays_skip_methods_not_configured() -> None:

@@ -14,7 +14,8 @@ import torch
 
 from memrisk import cli
 from memrisk.config import load_config
-from memrisk.lock import LOCK, FolderLock
+from memrisk.layout import LOCK
+from memrisk.lock import FolderLock
 from memrisk.runner import run_experiment
 from memrisk.store import setting_changes
 from tests.conftest import TINY_HIDDEN, word_tokenizer

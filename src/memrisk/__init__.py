@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from memrisk.decoding import DecodingPolicy
     from memrisk.errors import MemriskError
     from memrisk.extraction.cbs import Candidate, CBSResult, Stop, cbs
-    from memrisk.extraction.discoverable import (
+    from memrisk.extraction.rates import (
         RateTable,
         is_extractable,
         log_n_required,
@@ -56,12 +56,12 @@ _EXPORTS = {
     "Candidate": "memrisk.extraction.cbs",
     "Stop": "memrisk.extraction.cbs",
     "cbs": "memrisk.extraction.cbs",
-    "RateTable": "memrisk.extraction.discoverable",
-    "is_extractable": "memrisk.extraction.discoverable",
-    "log_n_required": "memrisk.extraction.discoverable",
-    "n_required": "memrisk.extraction.discoverable",
-    "p_reached": "memrisk.extraction.discoverable",
-    "rate_table": "memrisk.extraction.discoverable",
+    "RateTable": "memrisk.extraction.rates",
+    "is_extractable": "memrisk.extraction.rates",
+    "log_n_required": "memrisk.extraction.rates",
+    "n_required": "memrisk.extraction.rates",
+    "p_reached": "memrisk.extraction.rates",
+    "rate_table": "memrisk.extraction.rates",
     "GreedyResult": "memrisk.extraction.greedy",
     "greedy_extraction": "memrisk.extraction.greedy",
     "MonteCarloResult": "memrisk.extraction.montecarlo",

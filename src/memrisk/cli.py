@@ -46,7 +46,7 @@ def _report(args: argparse.Namespace) -> None:
     from memrisk.lock import locked_folder
     from memrisk.report.html import write_report
     from memrisk.report.text import books_table, summary_table
-    from memrisk.runner import rebuild_summary
+    from memrisk.summary import rebuild_summary
     from memrisk.store import RecordStore
 
     folders = [Path(folder) for folder in args.dirs]

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
+from memrisk import defaults
 from memrisk.decoding import DecodingPolicy
 from memrisk.errors import MemriskError
+from memrisk.methods import REGISTRY
 
-DEFAULT_METHODS = ("probabilistic", "greedy")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -21,6 +22,17 @@ class _Strict(BaseModel):
     """Unknown keys are errors, so a typo never passes silently."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _registered_method(name: str) -> str:
+    """A method name the registry knows (memrisk/methods)."""
+    if name not in REGISTRY:
+        names = [repr(n) for n in REGISTRY]
+        raise ValueError(f"Input should be {', '.join(names[:-1])} or {names[-1]}, got {name!r}")
+    return name
+
+
+MethodName = Annotated[str, AfterValidator(_registered_method)]
 
 
 class ModelConfig(_Strict):
@@ -68,16 +80,16 @@ class WindowConfig(_Strict):
     """How documents are cut into prefix ‖ suffix examples (SPEC §1)."""
 
     mode: Literal["doc", "book"] = "doc"
-    prefix_length: int = Field(50, ge=0)
-    suffix_length: int = Field(50, ge=1)
-    stride: int = Field(20, ge=1)
+    prefix_length: int = Field(defaults.PREFIX_LENGTH, ge=0)
+    suffix_length: int = Field(defaults.SUFFIX_LENGTH, ge=1)
+    stride: int = Field(defaults.STRIDE, ge=1)
 
 
 class PolicyConfig(_Strict):
     """One decoding policy; `name` defaults to the policy's own short name."""
 
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+-]+$")
-    temperature: float = 1.0
+    temperature: float = defaults.TEMPERATURE
     top_k: int | None = None
     top_p: float | None = None
 
@@ -101,14 +113,14 @@ class CBSConfig(_Strict):
     """
 
     policy: str | None = None
-    beam_width: int = Field(20, ge=1)
-    prune: Literal["none", "hamming", "levenshtein"] = "levenshtein"
-    epsilon: int = Field(5, ge=0)
+    beam_width: int = Field(defaults.BEAM_WIDTH, ge=1)
+    prune: Literal["none", "hamming", "levenshtein"] = defaults.PRUNE
+    epsilon: int = Field(defaults.EPSILON, ge=0)
     tau_min_stop: bool = True
     tighter_levenshtein: bool = False
     tail_closure: bool = False
     anchor: bool = True
-    max_children: int = Field(256, ge=1)
+    max_children: int = Field(defaults.MAX_CHILDREN, ge=1)
     stored_candidates: int = Field(10, ge=0)
     text_metrics: bool = False
     bleu_threshold: float = Field(0.75, gt=0.0, le=1.0)
@@ -129,8 +141,8 @@ class PriorAwareConfig(_Strict):
     generic sequences (PA Appendix B, or `generic_sequences`) unless given.
     """
 
-    prefixes_per_trial: int = Field(5000, ge=1)
-    trials: int = Field(5, ge=1)
+    prefixes_per_trial: int = Field(defaults.PA_PREFIXES_PER_TRIAL, ge=1)
+    trials: int = Field(defaults.PA_TRIALS, ge=1)
     prefix_length: int | None = Field(None, ge=1)
     bank_datasets: list[str] | None = None
     exclude_own_document: bool = True
@@ -167,12 +179,12 @@ class ExperimentConfig(_Strict):
     model: ModelConfig
     datasets: list[DatasetConfig] = Field(min_length=1)
     windows: WindowConfig = WindowConfig()
-    policies: list[PolicyConfig] = Field(default_factory=lambda: [PolicyConfig(top_k=40)], min_length=1)
-    methods: list[Literal["probabilistic", "greedy", "cbs", "prior_aware"]] = Field(default_factory=lambda: list(DEFAULT_METHODS), min_length=1)
+    policies: list[PolicyConfig] = Field(default_factory=lambda: [PolicyConfig(top_k=defaults.TOP_K)], min_length=1)
+    methods: list[MethodName] = Field(default_factory=lambda: list(defaults.METHODS), min_length=1)
     cbs: CBSConfig = CBSConfig()
     prior_aware: PriorAwareConfig = PriorAwareConfig()
-    tau_min: float = Field(1e-3, gt=0.0, le=1.0)
-    shard_size: int = Field(64, ge=1)
+    tau_min: float = Field(defaults.TAU_MIN, gt=0.0, le=1.0)
+    shard_size: int = Field(defaults.SHARD_SIZE, ge=1)
     ray: RayConfig = RayConfig()
 
     @field_validator("policies")

@@ -21,11 +21,10 @@ from tqdm.auto import tqdm
 
 from memrisk.config import ExperimentConfig
 from memrisk.data.sources import Document
+from memrisk.data.windows import Example
 from memrisk.errors import MemriskError, first_line
 from memrisk.runner import (
-    Example,
     Plan,
-    PriorSetup,
     finish_run,
     load_documents,
     load_run_model,
@@ -35,11 +34,11 @@ from memrisk.runner import (
     run_identity,
     score_chunk,
 )
+from memrisk.layout import RAY_RUN
 from memrisk.lock import locked_folder
 from memrisk.store import refuse_changed_settings
 
 log = logging.getLogger(__name__)
-RAY_RUN = "ray_run.json"
 
 
 def _import_ray() -> Any:
@@ -78,9 +77,9 @@ class ScoringWorker:
         """The run's examples, windowing report, prior-aware setup and provenance."""
         return plan_run(self.config, self._model(), documents)
 
-    def score(self, chunk: Sequence[Example], prior: PriorSetup | None) -> list[dict[str, Any]]:
+    def score(self, chunk: Sequence[Example], setups: dict[str, Any]) -> list[dict[str, Any]]:
         """Records of one chunk (the batch is halved on out-of-memory, as locally)."""
-        return score_chunk(self.config, self._model(), chunk, prior)
+        return score_chunk(self.config, self._model(), chunk, setups)
 
 
 @dataclass
@@ -154,10 +153,10 @@ class WorkerPool:
         """Plan the run on the first worker (another one if it dies)."""
         return self._result(0, self.actors[0].plan.remote(documents), "plan", documents, what="planning the run")
 
-    def score(self, todo: list[Sequence[Example]], prior: PriorSetup | None, commit: Callable[[list[dict[str, Any]]], None], bar: tqdm) -> None:
+    def score(self, todo: list[Sequence[Example]], setups: dict[str, Any], commit: Callable[[list[dict[str, Any]]], None], bar: tqdm) -> None:
         """Score every chunk; commit their records in chunk order; redo the chunks of dead workers."""
         ray = self.ray
-        prior_ref = ray.put(prior)
+        setups_ref = ray.put(setups)
         queue, idle = deque(range(len(todo))), list(self.actors)
         in_flight: dict[Any, tuple[Any, int]] = {}
         finished: dict[int, list[dict[str, Any]]] = {}
@@ -166,7 +165,7 @@ class WorkerPool:
         while queue or in_flight:
             while idle and queue:
                 actor, index = idle.pop(), queue.popleft()
-                in_flight[actor.score.remote(todo[index], prior_ref)] = (actor, index)
+                in_flight[actor.score.remote(todo[index], setups_ref)] = (actor, index)
             (ready,), _ = ray.wait(list(in_flight), num_returns=1)
             actor, index = in_flight.pop(ready)
             try:
@@ -246,7 +245,7 @@ def run_experiment_on_ray(
                 total=len(plan.examples), initial=len(plan.examples) - remaining, unit="ex",
                 desc=f"examples ({len(pool.actors)} Ray workers)", disable=not progress,
             )
-            pool.score(todo, plan.prior, store.append, bar)
+            pool.score(todo, plan.setups, store.append, bar)
             bar.close()
             pool.describe_replacements()
             store.write_json(RAY_RUN, asdict(report))

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from memrisk.errors import MemriskError
+from memrisk.layout import LOCK
 
-LOCK = ".memrisk.lock"
 log = logging.getLogger(__name__)
 
 

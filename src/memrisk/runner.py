@@ -13,91 +13,18 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-import memrisk
-from memrisk.books.run import SUMMARY as BOOKS_SUMMARY
-from memrisk.config import ExperimentConfig, parse_config
-from memrisk.data.bank import PrefixBank
+from memrisk import layout
+from memrisk.config import ExperimentConfig
 from memrisk.data.sources import Document, read_documents
-from memrisk.data.windows import Window, WindowSet, make_windows
-from memrisk.extraction.cbs import CBSResult, cbs, text_masses
-from memrisk.extraction.greedy import greedy_extraction
-from memrisk.extraction.prior_aware import (
-    PriorAwareResult,
-    calibrate,
-    default_m,
-    prior_aware,
-)
-from memrisk.extraction.probabilistic import verbatim_scores
+from memrisk.data.windows import Example, WindowSet, make_windows
 from memrisk.lock import locked_folder
+from memrisk.methods import Chunk, configured
 from memrisk.models.backend import LanguageModel, load_model
 from memrisk.models.memory import auto_batch_size, halving_on_oom
-from memrisk.report.books import is_books_run
-from memrisk.report.summary import summarize
-from memrisk.store import CONFIG, RecordStore, refuse_changed_settings
+from memrisk.store import RecordStore, refuse_changed_settings
+from memrisk.summary import summarize, with_settings
+from memrisk.version import __version__
 
-SUMMARY = "summary.json"
-WINDOWS = "windows.json"
-PRIOR_AWARE = "prior_aware.json"
-
-
-@dataclass(frozen=True)
-class Example:
-    """A window tagged with the dataset and role it came from."""
-
-    dataset: str
-    role: str
-    window: Window
-
-    @property
-    def example_id(self) -> str:
-        """Identifier unique across the run's datasets."""
-        return f"{self.dataset}/{self.window.example_id}"
-
-
-@dataclass(frozen=True)
-class PriorSetup:
-    """What every chunk of a run shares for prior-aware scoring: the bank and the thresholds."""
-
-    bank: PrefixBank
-    m: float
-    n: float
-    info: dict[str, Any]
-
-
-def prior_setup(config: ExperimentConfig, lm: LanguageModel, documents: dict[str, list[Document]]) -> PriorSetup:
-    """Draw the run's prefix bank (seeded) and settle m and n (calibrating n once when asked)."""
-    pa = config.prior_aware
-    names = pa.bank_datasets or [d.name for d in config.datasets if d.role == "target"] or [d.name for d in config.datasets]
-    pool = [Document(f"{name}/{doc.doc_id}", doc.text) for name in names for doc in documents[name]]
-    length = pa.prefix_length or config.windows.prefix_length
-    bank = PrefixBank.from_documents(lm, pool, length=length, size=pa.prefixes_per_trial * pa.trials, seed=pa.seed)
-    m = pa.m if pa.m is not None else default_m(config.windows.suffix_length)
-    calibration = None
-    if pa.n == "calibrate":
-        calibration = calibrate(lm, bank, sequences=pa.generic_sequences, suffix_length=config.windows.suffix_length, trials=pa.trials)
-    n = calibration.n if calibration else float(pa.n)
-    info = {
-        "m": m, "n": n, "n_source": "calibrated" if calibration else "given", "bank": bank.description,
-        "bank_datasets": names, "prefixes_per_trial": pa.prefixes_per_trial, "trials": pa.trials,
-        "calibration": None if calibration is None else {
-            "sequences": list(calibration.sequences), "log_ratios": list(calibration.log_ratios), "log_n": calibration.log_n,
-        },
-    }
-    return PriorSetup(bank, m, n, info)
-
-
-def prior_aware_record(result: PriorAwareResult) -> dict[str, Any]:
-    """Record columns of one prior-aware verdict (natural logs)."""
-    return {
-        "pa_log_p": result.log_p,
-        "pa_log_prior": result.log_prior,
-        "pa_log_prior_trials": list(result.log_prior_trials),
-        "pa_log_ratio": result.log_ratio,
-        "pa_log_ratio_spread": result.log_ratio_spread,
-        "pa_prefixes_used": result.prefixes_used,
-        "pa_extractable": result.extractable,
-        "pa_memorized": result.pa_memorized,
-    }
 
 
 def load_documents(config: ExperimentConfig) -> dict[str, list[Document]]:
@@ -150,7 +77,7 @@ def versions(lm: LanguageModel) -> dict[str, Any]:
     import transformers
 
     return {
-        "memrisk": memrisk.__version__,
+        "memrisk": __version__,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
@@ -159,128 +86,36 @@ def versions(lm: LanguageModel) -> dict[str, Any]:
     }
 
 
+def base_record(lm: LanguageModel, example: Example, scores: Any, i: int) -> dict[str, Any]:
+    """The columns every record has: where the window is, its tokens and text, and teacher forcing's ranks."""
+    w = example.window
+    return {
+        "example_id": example.example_id,
+        "dataset": example.dataset,
+        "role": example.role,
+        "doc_id": w.doc_id,
+        "char_start": w.char_start,
+        "suffix_char_start": w.suffix_char_start,
+        "char_end": w.char_end,
+        "prefix_ids": list(w.prefix_ids),
+        "suffix_ids": list(w.suffix_ids),
+        "prefix_text": lm.decode(w.prefix_ids),
+        "suffix_text": lm.decode(w.suffix_ids),
+        "target_ranks": scores.ranks[i].tolist(),
+        "teacher_forced_greedy": bool(scores.argmax_match[i]),
+    }
+
+
 def score_examples(
-    config: ExperimentConfig, lm: LanguageModel, examples: Sequence[Example], prior: PriorSetup | None = None
+    config: ExperimentConfig, lm: LanguageModel, examples: Sequence[Example], setups: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """Run the configured methods on a batch of examples and return one record per example."""
-    prefixes = [list(e.window.prefix_ids) for e in examples]
-    suffixes = [list(e.window.suffix_ids) for e in examples]
-    labels = [p.label for p in config.policies]
-    scores = verbatim_scores(lm, prefixes, suffixes, [p.policy() for p in config.policies])
-    greedy = (
-        greedy_extraction(lm, prefixes, suffixes, teacher_forced_exact=scores.argmax_match)
-        if "greedy" in config.methods
-        else None
-    )
-    bos = 0 if lm.bos_token_id is None else 1
-    one_pass = [bos + len(p) + len(s) for p, s in zip(prefixes, suffixes)]  # a + T: prefix ‖ suffix once (CBS App. C.3)
-    records = []
-    for i, example in enumerate(examples):
-        w = example.window
-        record: dict[str, Any] = {
-            "example_id": example.example_id,
-            "dataset": example.dataset,
-            "role": example.role,
-            "doc_id": w.doc_id,
-            "char_start": w.char_start,
-            "suffix_char_start": w.suffix_char_start,
-            "char_end": w.char_end,
-            "prefix_ids": list(w.prefix_ids),
-            "suffix_ids": list(w.suffix_ids),
-            "prefix_text": lm.decode(w.prefix_ids),
-            "suffix_text": lm.decode(w.suffix_ids),
-            "target_ranks": scores.ranks[i].tolist(),
-            "teacher_forced_greedy": bool(scores.argmax_match[i]),
-        }
-        if "probabilistic" in config.methods:
-            for j, label in enumerate(labels):
-                record[f"log_p.{label}"] = float(scores.log_p[i, j])
-                record[f"token_log_p.{label}"] = scores.token_log_probs[i, j].tolist()
-            record["token_evals.probabilistic"] = one_pass[i]
-        if greedy is not None:
-            g = greedy[i]
-            record |= {
-                "greedy_ids": g.continuation,
-                "greedy_text": lm.decode(g.continuation),
-                "greedy_exact": g.exact,
-                "greedy_hamming": g.hamming,
-                "greedy_levenshtein": g.levenshtein,
-                "token_evals.greedy": one_pass[i] - 1,
-            }
-        records.append(record)
-    if "cbs" in config.methods:
-        results = run_cbs(config, lm, prefixes, suffixes)
-        for record, result in zip(records, results):
-            record |= cbs_record(config, lm, result)
-        if config.cbs.text_metrics:
-            baseline = results if config.cbs.prune_mode is None else run_cbs(config, lm, prefixes, suffixes, prune=None, tail_closure=False)
-            for record, result in zip(records, baseline):
-                record |= text_record(config, lm, result, record["suffix_text"], separate=config.cbs.prune_mode is not None)
-    if prior is not None:
-        own = [f"{e.dataset}/{e.window.doc_id}" for e in examples] if config.prior_aware.exclude_own_document else None
-        scores = prior_aware(lm, prefixes, suffixes, prior.bank, prior.m, prior.n, trials=config.prior_aware.trials, documents=own)
-        bank_rows = scores.prefixes_per_trial * scores.trials
-        for record, result, evals, suffix in zip(records, scores.results, one_pass, suffixes):
-            record |= prior_aware_record(result) | {"token_evals.prior_aware": evals + bank_rows * len(suffix)}
+    chunk = Chunk(config, lm, examples, setups or {})
+    records = [base_record(lm, example, chunk.scores, i) for i, example in enumerate(examples)]
+    for method in configured(config):
+        for record, columns in zip(records, method.score(chunk)):
+            record |= columns
     return records
-
-
-def run_cbs(
-    config: ExperimentConfig, lm: LanguageModel, prefixes: list[list[int]], suffixes: list[list[int]], **override: Any
-) -> list[CBSResult]:
-    """CBS over a chunk of examples with the config's settings (`override`: e.g. prune=None for the baseline)."""
-    c = config.cbs
-    settings = {
-        "beam_width": c.beam_width, "prune": c.prune_mode, "epsilon": c.epsilon,
-        "tau_min": config.tau_min if c.tau_min_stop else None, "tighter_levenshtein": c.tighter_levenshtein,
-        "tail_closure": c.tail_closure, "max_children": c.max_children, "anchor": c.anchor,
-    } | override
-    return cbs(lm, prefixes, suffixes, config.cbs_policy().policy(), **settings)
-
-
-def text_record(config: ExperimentConfig, lm: LanguageModel, baseline: CBSResult, suffix_text: str, *, separate: bool) -> dict[str, Any]:
-    """Text-metric columns from the baseline k-CBS candidates (CBS §F.9, Table 15): the mass with
-    BLEU ≥ threshold, within each character distance, and within each token Levenshtein ε on the
-    same set; `separate` when the baseline was a second, unpruned search (its cost is recorded)."""
-    c = config.cbs
-    text = text_masses(
-        baseline, lm.decode, suffix_text, bleu_threshold=c.bleu_threshold, char_epsilons=c.char_epsilons,
-        negligible=config.tau_min * 1e-3,
-    )
-    columns = {
-        "cbs_bleu_mass": text.bleu,
-        "cbs_char_levenshtein_mass": [text.char_levenshtein[e] for e in c.char_epsilons],
-        "cbs_baseline_lower.levenshtein": [baseline.lower_bound("levenshtein", e) for e in range(c.epsilon + 1)],
-    }
-    if separate:
-        columns["token_evals.cbs_baseline"] = baseline.token_evals
-    return columns
-
-
-def cbs_record(config: ExperimentConfig, lm: LanguageModel, result: CBSResult) -> dict[str, Any]:
-    """Record columns of one CBS result: bounds per ε, cost, stop, all masses, top candidates with text."""
-    c = config.cbs
-    epsilons = range(c.epsilon + 1)
-    columns: dict[str, Any] = {}
-    for distance in ("levenshtein", "hamming"):
-        columns[f"cbs_lower.{distance}"] = [result.lower_bound(distance, e) for e in epsilons]
-        columns[f"cbs_upper.{distance}"] = [result.upper_bound(distance, e) for e in epsilons]
-    return columns | {
-        "cbs_covered_mass": result.covered_mass,
-        "cbs_bank": result.bank,
-        "cbs_eos_mass": result.eos_mass,
-        "token_evals.cbs": result.token_evals + result.closure_token_evals,
-        "cbs_stop": result.stop.reason,
-        "cbs_stop_step": result.stop.step,
-        "cbs_log_p": [cand.log_p for cand in result.candidates],
-        "cbs_hamming": [cand.hamming for cand in result.candidates],
-        "cbs_levenshtein": [cand.levenshtein for cand in result.candidates],
-        "cbs_top": [
-            {"tokens": list(cand.tokens), "text": lm.decode(cand.tokens), "log_p": cand.log_p,
-             "hamming": cand.hamming, "levenshtein": cand.levenshtein}
-            for cand in result.candidates[: c.stored_candidates]
-        ],
-    }
 
 
 def chunks(items: Sequence[Example], size: int) -> Iterator[Sequence[Example]]:
@@ -292,11 +127,11 @@ def chunks(items: Sequence[Example], size: int) -> Iterator[Sequence[Example]]:
 @dataclass(frozen=True)
 class Plan:
     """Everything settled before the first record: the examples, what windowing did, the
-    prior-aware setup and the provenance of the model that made them."""
+    methods' run-level setups (the prior-aware bank) and the provenance of the model that made them."""
 
     examples: list[Example]
     window_info: dict[str, Any]
-    prior: PriorSetup | None
+    setups: dict[str, Any]
     versions: dict[str, Any]
 
 
@@ -324,17 +159,18 @@ def fitting_batch_size(config: ExperimentConfig, lm: LanguageModel) -> int:
     w = config.windows
     longest = max(w.prefix_length, config.prior_aware.prefix_length or 0) + w.suffix_length + 1
     size = auto_batch_size(lm, sequence_length=longest, scored_positions=w.suffix_length + 1)
-    if "cbs" in config.methods:
-        rows = config.cbs.beam_width + int(config.cbs.anchor)
-        size = min(size, auto_batch_size(lm, sequence_length=longest, scored_positions=1, rows_per_sequence=rows))
+    for method in configured(config):
+        rows = method.rows_per_sequence(config)
+        if rows > 1:
+            size = min(size, auto_batch_size(lm, sequence_length=longest, scored_positions=1, rows_per_sequence=rows))
     return size
 
 
 def plan_run(config: ExperimentConfig, lm: LanguageModel, documents: dict[str, list[Document]]) -> Plan:
-    """Cut the documents into examples and settle the prior-aware bank and thresholds."""
+    """Cut the documents into examples and settle each method's run-level setup (the prior-aware bank and thresholds)."""
     examples, window_info = build_examples(config, lm, documents)
-    prior = prior_setup(config, lm, documents) if "prior_aware" in config.methods else None
-    return Plan(examples, window_info, prior, versions(lm))
+    setups = {method.name: method.prepare(config, lm, documents) for method in configured(config)}
+    return Plan(examples, window_info, {name: setup for name, setup in setups.items() if setup is not None}, versions(lm))
 
 
 def open_run_store(
@@ -342,10 +178,10 @@ def open_run_store(
 ) -> RecordStore:
     """Open (or resume) the run folder and write what the plan settled next to the records."""
     store = RecordStore.open(out_dir, config.model_dump(mode="json"), identity, force=force)
-    store.write_json("versions.json", plan.versions)
-    store.write_json(WINDOWS, plan.window_info)
-    if plan.prior is not None:
-        store.write_json(PRIOR_AWARE, plan.prior.info)
+    store.write_json(layout.VERSIONS, plan.versions)
+    store.write_json(layout.WINDOWS, plan.window_info)
+    for name, info in setup_infos(config, plan).items():
+        store.write_json(layout.setup_file(name), info)
     return store
 
 
@@ -355,17 +191,21 @@ def pending_chunks(config: ExperimentConfig, plan: Plan, store: RecordStore) -> 
     return list(chunks([e for e in plan.examples if e.example_id not in done], config.shard_size))
 
 
-def score_chunk(config: ExperimentConfig, lm: LanguageModel, chunk: Sequence[Example], prior: PriorSetup | None) -> list[dict[str, Any]]:
+def setup_infos(config: ExperimentConfig, plan: Plan) -> dict[str, dict[str, Any]]:
+    """What each method's setup settled, by method name, as saved next to the records."""
+    infos = {m.name: m.setup_info(plan.setups[m.name]) for m in configured(config) if m.name in plan.setups}
+    return {name: info for name, info in infos.items() if info is not None}
+
+
+def score_chunk(config: ExperimentConfig, lm: LanguageModel, chunk: Sequence[Example], setups: dict[str, Any]) -> list[dict[str, Any]]:
     """Records of one chunk; on out-of-memory the batch is halved and the chunk redone."""
-    return halving_on_oom(lm, lambda: score_examples(config, lm, chunk, prior))
+    return halving_on_oom(lm, lambda: score_examples(config, lm, chunk, setups))
 
 
 def finish_run(config: ExperimentConfig, plan: Plan, store: RecordStore) -> dict[str, Any]:
     """Summarize the stored records into `summary.json` and return the summary."""
-    summary = summarize(store.read_records(), config, plan.window_info)
-    if plan.prior is not None:
-        summary["prior_aware_settings"] = plan.prior.info
-    store.write_json(SUMMARY, summary)
+    summary = with_settings(summarize(store.read_records(), config, plan.window_info), setup_infos(config, plan))
+    store.write_json(layout.SUMMARY, summary)
     return summary
 
 
@@ -395,22 +235,8 @@ def run_experiment(
         remaining = sum(len(chunk) for chunk in todo)
         bar = tqdm(total=len(plan.examples), initial=len(plan.examples) - remaining, desc="examples", unit="ex", disable=not progress)
         for chunk in todo:
-            store.append(score_chunk(config, lm, chunk, plan.prior))
+            store.append(score_chunk(config, lm, chunk, plan.setups))
             bar.update(len(chunk))
         bar.close()
         return finish_run(config, plan, store)
-
-
-def rebuild_summary(out_dir: Path) -> dict[str, Any]:
-    """Recompute `summary.json` of a run folder from its stored records (no model needed); a books
-    run has no records, so its stored `books_summary.json` is returned as it is."""
-    store = RecordStore.existing(out_dir)
-    if is_books_run(out_dir):
-        return store.read_json(BOOKS_SUMMARY)
-    config = parse_config(store.read_yaml(CONFIG))
-    summary = summarize(store.read_records(), config, store.read_json(WINDOWS))
-    if "prior_aware" in config.methods:
-        summary["prior_aware_settings"] = store.read_json(PRIOR_AWARE)
-    store.write_json(SUMMARY, summary)
-    return summary
 

@@ -23,11 +23,9 @@ import pyarrow.parquet as pq
 import yaml
 
 from memrisk.errors import MemriskError, first_line
+from memrisk.layout import CONFIG, MANIFEST, RECORDS
 
 log = logging.getLogger(__name__)
-MANIFEST = "manifest.json"
-CONFIG = "config.yaml"
-RECORDS = "records"
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

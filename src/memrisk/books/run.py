@@ -32,11 +32,10 @@ from memrisk.books.phase2 import (
 from memrisk.books.providers import ChatProvider, GenerationSettings, make_provider
 from memrisk.books.session import RetryPolicy, Session
 from memrisk.errors import MemriskError
+from memrisk.layout import BOOK_RESULT, BOOKS_SUMMARY, DIFF, GENERATION, REQUESTS, book_file
 from memrisk.lock import locked_folder
 from memrisk.store import RecordStore, RequestLog
 
-SUMMARY = "books_summary.json"
-LOG = "requests.jsonl"
 
 
 def seed_split(text: str, prefix_words: int, target_words: int) -> tuple[str, str]:
@@ -103,10 +102,10 @@ class BooksRun:
         texts = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in self.texts.items()}
         self.store = RecordStore.open(out, dump, dump | {"book_sha256": texts, "resolved": self.settings}, force=force)
         if force:
-            self.store.remove(LOG)
+            self.store.remove(REQUESTS)
         backoff = config.phase2.backoff
         self.session = Session(
-            self.provider, RequestLog(out / LOG), self.price, spend_cap=config.spend_cap_usd,
+            self.provider, RequestLog(out / REQUESTS), self.price, spend_cap=config.spend_cap_usd,
             retry=RetryPolicy(backoff.max_retries, backoff.initial_delay_s, backoff.factor, backoff.max_delay_s), sleep=sleep,
         )
 
@@ -125,7 +124,7 @@ class BooksRun:
             "costs": cost_report(self.session.responses(), self.price).as_dict(),
             "books": books,
         }
-        self.store.write_json(SUMMARY, summary)
+        self.store.write_json(BOOKS_SUMMARY, summary)
         return summary
 
     def _say(self, message: str) -> None:
@@ -204,9 +203,8 @@ class BooksRun:
             self._say(f"[{name}] phase 2: {second.turns} turns, ended by {second.halt}")
         generation = _generation(first, second)
         result = nv_recall(text, generation)
-        folder = f"books/{name}"
-        self.store.write_text(f"{folder}/generation.txt", generation)
-        self.store.write_text(f"{folder}/diff.html", diff_html(text, generation, result, title=f"{name}: nv-recall", context_words=50))
+        self.store.write_text(book_file(name, GENERATION), generation)
+        self.store.write_text(book_file(name, DIFF), diff_html(text, generation, result, title=f"{name}: nv-recall", context_words=50))
         record: dict[str, Any] = {
             "name": name, "book_words": result.book_words, "seed": {"prefix": prefix, "target": target},
             "phase1": _phase1_summary(first), "phase2": _phase2_summary(second), "nv_recall": _nv_summary(result),
@@ -218,7 +216,7 @@ class BooksRun:
             for phase in ("phase1", "phase2")
         }
         self._say(f"[{name}] nv-recall {result.nv_recall:.1%} ({result.matched} of {result.book_words} words)")
-        self.store.write_json(f"{folder}/result.json", record)
+        self.store.write_json(book_file(name, BOOK_RESULT), record)
         return record
 
     def _per_chapter(self, name: str, text: str, variant: PerChapterConfig) -> dict[str, Any]:

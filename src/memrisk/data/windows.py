@@ -32,6 +32,20 @@ class Window:
     char_end: int
 
 
+@dataclass(frozen=True)
+class Example:
+    """A window tagged with the dataset and role it came from: the unit every run method scores."""
+
+    dataset: str
+    role: str
+    window: Window
+
+    @property
+    def example_id(self) -> str:
+        """Identifier unique across the run's datasets."""
+        return f"{self.dataset}/{self.window.example_id}"
+
+
 @dataclass
 class WindowSet:
     """Windows of a set of documents, with what was skipped and de-duplicated."""

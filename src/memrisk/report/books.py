@@ -4,27 +4,14 @@ figure data out (Books Tables 1, 5–10 and Fig. 5)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from memrisk.books.run import LOG, SUMMARY
-from memrisk.errors import MemriskError
 
 PHASES = ("phase1", "phase2")
 COST_FIELDS = (
     "requests", "answered", "input_tokens", "cached_input_tokens", "output_tokens", "cost", "cost_without_cache",
     "cost_with_cache_estimate",
 )
-
-
-def is_books_run(folder: Path) -> bool:
-    """Whether `folder` is a books run (it holds `books_summary.json`); an unfinished one is an error."""
-    folder = Path(folder)
-    if (folder / SUMMARY).is_file():
-        return True
-    if (folder / LOG).is_file():
-        raise MemriskError(f"{folder} is an unfinished books run (no {SUMMARY}); re-run `memrisk books run` with its config to finish it")
-    return False
 
 
 def book_cost(book: dict[str, Any]) -> float:

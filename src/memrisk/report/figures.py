@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from memrisk.report.books import RecallBar, Strip
-from memrisk.report import verdict
+from memrisk import rules
 from memrisk.report.metrics import CCDF_POINTS, ROLES, BookHeatmap, finite_points, max_pool
 
 COLOURS = {"blue": "#1f77b4", "orange": "#ff7f0e", "red": "#d62728"}
@@ -74,9 +74,9 @@ def scatter_figure(log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: 
     """
     fig = new_figure(6.0, 5.0)
     ax = fig.add_subplot()
-    kind = verdict.verdicts(log_p, lower_top, tau)
-    colour = np.where(kind == verdict.VERBATIM, "blue", np.where(verdict.zero_probability(log_p), "red", "orange"))
-    shown = kind != verdict.NOT_EXTRACTED
+    kind = rules.verdicts(log_p, lower_top, tau)
+    colour = np.where(kind == rules.VERBATIM, "blue", np.where(rules.zero_probability(log_p), "red", "orange"))
+    shown = kind != rules.NOT_EXTRACTED
     if not shown.any():
         _no_data(ax, "no sequence has p_z or the lower bound ≥ τ_min")
         return fig

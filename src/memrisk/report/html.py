@@ -23,13 +23,11 @@ from matplotlib.figure import Figure
 
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.errors import MemriskError
-from memrisk.report import books, figures, metrics, verdict
+from memrisk import layout, rules
+from memrisk.report import books, figures, metrics
 from memrisk.report.text import pa_budget, token_eval_rows
-from memrisk.runner import PRIOR_AWARE, WINDOWS
-from memrisk.store import CONFIG, RecordStore
+from memrisk.store import RecordStore
 
-REPORT = "report.html"
-VERSIONS = "versions.json"
 TOP_ROWS = 10
 LIST_LIMIT = 50
 HEATMAP_DOCUMENTS = 6
@@ -101,7 +99,7 @@ def log10_text(value: float | None) -> str:
 
 def count_rate(count: int, total: int) -> str:
     """'k/n (x%)'."""
-    return f"{count}/{total} ({pct(metrics.fraction(count, total))})"
+    return f"{count}/{total} ({pct(rules.fraction(count, total))})"
 
 
 def capped(items: Sequence[str]) -> str:
@@ -145,7 +143,7 @@ class Run:
     @property
     def near_label(self) -> str:
         """Name of the near-verbatim lower bound, e.g. 'LB_5 (levenshtein)'."""
-        return f"LB_{self.config.cbs.epsilon} ({metrics.cbs_distance(self.config)})"
+        return f"LB_{self.config.cbs.epsilon} ({rules.cbs_distance(self.config.cbs.prune_mode)})"
 
     @property
     def near_verbatim(self) -> bool:
@@ -174,10 +172,10 @@ def _optional_json(store: RecordStore, name: str) -> dict[str, Any]:
 def load_run(folder: Path) -> Run:
     """Read a run folder's config, provenance and records (labelled by its model name)."""
     store = RecordStore.existing(folder)
-    config = parse_config(store.read_yaml(CONFIG))
+    config = parse_config(store.read_yaml(layout.CONFIG))
     records = store.read_records()
-    return Run(store, config.model.name, config, _optional_json(store, VERSIONS), _optional_json(store, WINDOWS),
-               _optional_json(store, PRIOR_AWARE), records, metrics.run_arrays(records, config))
+    return Run(store, config.model.name, config, _optional_json(store, layout.VERSIONS), _optional_json(store, layout.WINDOWS),
+               _optional_json(store, layout.PRIOR_AWARE), records, metrics.run_arrays(records, config))
 
 
 @dataclass(frozen=True)
@@ -194,10 +192,10 @@ Folder = Run | Books
 
 def load_folder(folder: Path) -> Folder:
     """A books run when the folder holds `books_summary.json`, else a run with records."""
-    if not books.is_books_run(folder):
+    if not layout.is_books_run(folder):
         return load_run(folder)
     store = RecordStore.existing(folder)
-    summary = store.read_json(books.SUMMARY)
+    summary = store.read_json(layout.BOOKS_SUMMARY)
     model = summary["model"]
     return Books(store, f"{model['provider']}:{model['name']} (books)", summary)
 
@@ -228,7 +226,7 @@ def figure_html(pic: Picture) -> Html:
     """The figure inline as base64 PNG, with its caption and a link to the SVG file."""
     src = "data:image/png;base64," + base64.b64encode(pic.png).decode("ascii")
     img = Html(f'<img src="{src}" alt="{html.escape(pic.caption, quote=True)}">')
-    return tag("figure", img, tag("figcaption", pic.caption, " ", tag("a", "SVG", href=f"figures/{pic.name}.svg")))
+    return tag("figure", img, tag("figcaption", pic.caption, " ", tag("a", "SVG", href=layout.figure_file(pic.name, "svg"))))
 
 
 def signature(run: Run) -> Html:
@@ -283,9 +281,9 @@ def rates_table(run: Run) -> Html:
             row += [count_rate(int(part.greedy_exact.sum()), n), count_rate(int((part.greedy_distance <= top).sum()), n)]
         row += [count_rate(s["extractable"], n) for s in metrics.policy_table(part, run.tau).values()]
         if a.lower is not None:
-            row += [count_rate(int(verdict.cbs_extracted(part.lower[:, e], run.tau).sum()), n) for e in (0, -1)]
+            row += [count_rate(int(rules.cbs_extracted(part.lower[:, e], run.tau).sum()), n) for e in (0, -1)]
         if run.near_verbatim:
-            counts = verdict.counts(part.log_p, part.lower[:, -1], run.tau)
+            counts = rules.counts(part.log_p, part.lower[:, -1], run.tau)
             row += [counts["near_verbatim_p_z_zero"], counts["near_verbatim_p_z_positive"]]
         rows.append(row)
     return table(header, rows)
@@ -306,12 +304,12 @@ def certificate_table(run: Run) -> Html:
     a, rows = run.arrays, []
     for d in run.config.datasets:
         part = a.subset(a.dataset == d.name)
-        cert = metrics.certificate(part.lower, part.upper)
+        cert = rules.certificate(part.lower, part.upper)
         rows += [(d.name, d.role, e, *(mass_text(cert[k][e]) for k in ("mean_lower", "mean_upper", "mean_gap")),
                   pct(cert["certified_share"][e])) for e in a.epsilons]
-    header = ["dataset", "role", "ε", "mean LB_ε", "mean UB_ε", "mean UB_ε − LB_ε", f"UB_ε − LB_ε ≤ {metrics.CERTIFIED_GAP:g}"]
+    header = ["dataset", "role", "ε", "mean LB_ε", "mean UB_ε", "mean UB_ε − LB_ε", f"UB_ε − LB_ε ≤ {rules.CERTIFIED_GAP:g}"]
     return join([
-        tag("h3", f"Certificate: LB_ε ≤ p_z,ε ≤ UB_ε ({metrics.cbs_distance(run.config)})"),
+        tag("h3", f"Certificate: LB_ε ≤ p_z,ε ≤ UB_ε ({rules.cbs_distance(run.config.cbs.prune_mode)})"),
         note("CBS bounds the near-verbatim mass from both sides; where UB − LB is small the lower bound is the mass itself."),
         table(header, rows),
     ])
@@ -321,8 +319,8 @@ def near_verbatim_tables(run: Run) -> Html:
     """Target sequences: verdicts per ε, mass-gain CCDF points, shell-share medians, verbatim recovery."""
     t, tau, label = run.role("target"), run.tau, run.near_label
     gain = metrics.gain_table(t.lower, tau)
-    shares = metrics.shell_shares(t.lower, tau)
-    rec = metrics.recovery(t.example_id, t.log_p, t.lower[:, 0], tau)
+    shares = rules.shell_shares(t.lower, tau)
+    rec = rules.recovery(t.example_id, t.log_p, t.lower[:, 0], tau)
     per_eps = metrics.verdicts_by_epsilon(t.log_p, t.lower, tau)
     ratio = "—" if rec["ratio"] is None else f"{rec['ratio']:.3f}"
     return join([
@@ -347,8 +345,8 @@ def near_verbatim_tables(run: Run) -> Html:
 def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
     """Scatter, mass-gain CCDF and ε-shell figures of the target sequences."""
     t, tau, label = run.role("target"), run.tau, run.near_label
-    shares = metrics.shell_shares(t.lower, tau)
-    gain = metrics.ccdf_curve(metrics.mass_gain(t.lower))
+    shares = rules.shell_shares(t.lower, tau)
+    gain = metrics.ccdf_curve(rules.mass_gain(t.lower))
     return [
         picture(f"{prefix}scatter", f"{label} against p_z for target sequences extracted either way (log–log; y = x dashed, "
                 "τ_min dotted; zero drawn on the grey floor line).", figures.scatter_figure(t.log_p, t.lower[:, -1], tau, label)),
@@ -386,7 +384,7 @@ def run_pictures(run: Run, prefix: str) -> list[Picture]:
 
 def best_candidate(run: Run, row: dict[str, Any]) -> dict[str, Any] | None:
     """The most probable stored CBS candidate within ε (else the most probable one)."""
-    top, distance = row.get("cbs_top") or [], metrics.cbs_distance(run.config)
+    top, distance = row.get("cbs_top") or [], rules.cbs_distance(run.config.cbs.prune_mode)
     return next((cand for cand in top if cand[distance] <= run.config.cbs.epsilon), top[0] if top else None)
 
 
@@ -413,7 +411,7 @@ def scores_cell(run: Run, index: int) -> Html:
     if a.lower is not None:
         lines.append(f"{run.near_label} {a.lower[index, -1]:.3g}")
     if run.near_verbatim:
-        lines.append(f"verdict: {verdict.LABELS[verdict.verdicts(a.log_p[[index]], a.lower[[index], -1], run.tau)[0]]}")
+        lines.append(f"verdict: {rules.LABELS[rules.verdicts(a.log_p[[index]], a.lower[[index], -1], run.tau)[0]]}")
     if a.greedy_exact is not None:
         lines.append(f"greedy exact: {bool(a.greedy_exact[index])}")
     return join(tag("div", line) for line in lines)
@@ -429,9 +427,9 @@ def extracted_mask(a: metrics.RunArrays, tau: float) -> np.ndarray:
     """Sequences extracted by any method: p_z ≥ τ, LB_E ≥ τ or greedy exact."""
     mask = np.zeros(a.count, dtype=bool)
     if a.log_p is not None:
-        mask |= verdict.verbatim(a.log_p, tau)
+        mask |= rules.verbatim(a.log_p, tau)
     if a.lower is not None:
-        mask |= verdict.cbs_extracted(a.lower[:, -1], tau)
+        mask |= rules.cbs_extracted(a.lower[:, -1], tau)
     if a.greedy_exact is not None:
         mask |= a.greedy_exact
     return mask
@@ -456,9 +454,9 @@ def sequences_section(run: Run) -> Html:
     parts = [tag("h3", "Top extracted target sequences"),
              sequence_table(run, top) if top else note("No target sequence was extracted by any method.")]
     if run.near_verbatim:
-        kind = verdict.verdicts(a.log_p, a.lower[:, -1], tau)
+        kind = rules.verdicts(a.log_p, a.lower[:, -1], tau)
         by_bound = np.argsort(-a.lower[:, -1], kind="stable")
-        unlocked = [i for i in by_bound if kind[i] == verdict.NEAR_VERBATIM and is_target[i]][:TOP_ROWS]
+        unlocked = [i for i in by_bound if kind[i] == rules.NEAR_VERBATIM and is_target[i]][:TOP_ROWS]
         parts += [tag("h3", f"Top unlocked target sequences (p_z < τ_min ≤ {run.near_label})"),
                   sequence_table(run, unlocked) if unlocked else note("No target sequence was unlocked.")]
     hits = [i for i in order if extracted[i] and is_control[i]]
@@ -478,7 +476,7 @@ def prior_aware_settings(run: Run) -> Html:
     """m, n (calibrated or given, with the calibration ratios), the prefix bank, c and trials, from prior_aware.json."""
     info = run.prior
     if not info:
-        return note(f"{PRIOR_AWARE} is missing from the run folder: m, n and the prefix bank are unknown.")
+        return note(f"{layout.PRIOR_AWARE} is missing from the run folder: m, n and the prefix bank are unknown.")
     calibrated = info["n_source"] == "calibrated"
     source = "calibrated: the mean ratio of the generic sequences below" if calibrated else "given in the config"
     line = (f"m = {info['m']:g}, n = {info['n']:.4g} ({source}); prefix bank {info['bank']} from "
@@ -574,7 +572,7 @@ def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
     tau = runs[0].tau
     panels = {f"{role}s": {r.label: metrics.extraction_rates(r.role(role), tau) for r in runs} for role in metrics.ROLES}
     pics = [picture("compare-rates", f"Extraction rate against ε per run (τ_min = {tau:g}).", figures.rates_figure(panels, tau))]
-    curves = {r.label: metrics.ccdf_curve(metrics.mass_gain(r.role("target").lower)) for r in runs if r.near_verbatim}
+    curves = {r.label: metrics.ccdf_curve(rules.mass_gain(r.role("target").lower)) for r in runs if r.near_verbatim}
     if curves:
         pics.append(picture("compare-ccdf", "CCDF of the near-verbatim mass gain per run (share of all target sequences).",
                             figures.ccdf_figure(curves, "LB_E")))
@@ -604,13 +602,13 @@ def relative_link(target: Path, base: Path) -> str:
 def book_row(run: Books, book: dict[str, Any], base: Path) -> list[object]:
     """One book: Phase 1, Phase 2, nv-recall, cost and links to its diff view and generation."""
     p1, p2, nv = book["phase1"], book["phase2"], book["nv_recall"]
-    folder = run.store.root / "books" / book["name"]
+    folder = run.store.root
     success = ("yes" if p1["success"] else "no") + (f" (halted: {p1['halt']})" if p1["halt"] else "")
     first = [success, "—" if p1["score"] is None else f"{p1['score']:.2f}", "—" if p1["best_k"] is None else p1["best_k"],
              p1["perturbation"] or "—", p1["attempts"]]
     second = [p2["turns"], p2["continuations"], p2["halt"], p2["empty"], p2["refusal_retries"], len(p2["matches"])] if p2 else ["not run", *["—"] * 5]
-    links = join([tag("a", "diff", href=relative_link(folder / "diff.html", base)), " · ",
-                  tag("a", "generation.txt", href=relative_link(folder / "generation.txt", base))])
+    links = join([tag("a", "diff", href=relative_link(folder / layout.book_file(book["name"], layout.DIFF), base)), " · ",
+                  tag("a", layout.GENERATION, href=relative_link(folder / layout.book_file(book["name"], layout.GENERATION), base))])
     return [book["name"], *first, *second, pct(nv["nv_recall"]), nv["matched"], nv["missing"], nv["additional"], nv["max_block"],
             money(books.book_cost(book)), links]
 
@@ -722,6 +720,6 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
         sections.append(section)
         pics += run_pics
     for pic in pics:
-        store.write_bytes(f"figures/{pic.name}.png", pic.png)
-        store.write_bytes(f"figures/{pic.name}.svg", pic.svg)
-    return store.write_text(REPORT, page("memrisk report: " + ", ".join(r.label for r in runs), join(sections)))
+        store.write_bytes(layout.figure_file(pic.name, "png"), pic.png)
+        store.write_bytes(layout.figure_file(pic.name, "svg"), pic.svg)
+    return store.write_text(layout.REPORT, page("memrisk report: " + ", ".join(r.label for r in runs), join(sections)))

@@ -13,19 +13,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from memrisk import rules
 from memrisk.config import ExperimentConfig
-from memrisk.extraction.discoverable import rate_table
-from memrisk.report import verdict
-from memrisk.report.summary import (
-    CERTIFIED_GAP,
-    certificate,
-    prior_aware_extremes,
-    prior_aware_stats,
-    probabilistic_stats,
-    recovery,
-    token_eval_columns,
-    token_eval_stats,
-)
+from memrisk.extraction.rates import rate_table
+from memrisk.methods import REGISTRY
+from memrisk.methods.prior_aware import prior_aware_extremes
+from memrisk.methods.probabilistic import probabilistic_stats
+from memrisk.rules import fraction, mass_gain
+from memrisk.summary import token_eval_columns, token_eval_stats
 
 CCDF_POINTS = (1e-3, 1e-2, 1e-1)
 ROLES = ("target", "control")
@@ -83,16 +78,13 @@ def _list_column(table: pa.Table, name: str, width: int) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).reshape(table.num_rows, width)
 
 
-def cbs_distance(config: ExperimentConfig) -> str:
-    """The distance CBS pruned with (Levenshtein when unpruned), as the summary uses."""
-    return config.cbs.prune_mode or "levenshtein"
 
 
 def run_arrays(table: pa.Table, config: ExperimentConfig) -> RunArrays:
     """Extract the report's columns from a run's records; p_z is taken under the CBS policy."""
     methods = set(config.methods)
-    epsilons = tuple(range(config.cbs.epsilon + 1))
-    distance = cbs_distance(config)
+    epsilons = tuple(rules.near_verbatim_epsilons(config.cbs.epsilon))
+    distance = rules.cbs_distance(config.cbs.prune_mode)
     labels = [p.label for p in config.policies]
     policy_log_p = (
         {label: _column(table, f"log_p.{label}", np.float64) for label in labels} if "probabilistic" in methods else None
@@ -117,9 +109,6 @@ def run_arrays(table: pa.Table, config: ExperimentConfig) -> RunArrays:
     )
 
 
-def fraction(count: int, total: int) -> float | None:
-    """count / total, or None for an empty population."""
-    return count / total if total else None
 
 
 def probabilities(log_p: np.ndarray) -> np.ndarray:
@@ -134,9 +123,9 @@ def extraction_rates(arrays: RunArrays, tau: float) -> dict[str, Any]:
     if arrays.greedy_distance is not None:
         out["greedy"] = [fraction(int((arrays.greedy_distance <= e).sum()), n) for e in arrays.epsilons]
     if arrays.log_p is not None:
-        out["probabilistic"] = fraction(int(verdict.verbatim(arrays.log_p, tau).sum()), n)
+        out["probabilistic"] = fraction(int(rules.verbatim(arrays.log_p, tau).sum()), n)
     if arrays.lower is not None:
-        out["cbs"] = [fraction(int(verdict.cbs_extracted(arrays.lower[:, e], tau).sum()), n) for e in arrays.epsilons]
+        out["cbs"] = [fraction(int(rules.cbs_extracted(arrays.lower[:, e], tau).sum()), n) for e in arrays.epsilons]
     return out
 
 
@@ -146,14 +135,10 @@ def rates_by_role(arrays: RunArrays, tau: float) -> dict[str, dict[str, Any]]:
 
 
 def verdicts_by_epsilon(log_p: np.ndarray, lower: np.ndarray, tau: float) -> list[dict[str, int]]:
-    """verdict.counts with LB_ε in place of LB_E, at every ε of the lower-bound array (CBS §F.1.2)."""
-    return [verdict.counts(log_p, lower[:, e], tau) for e in range(lower.shape[1])]
+    """rules.counts with LB_ε in place of LB_E, at every ε of the lower-bound array (CBS §F.1.2)."""
+    return [rules.counts(log_p, lower[:, e], tau) for e in range(lower.shape[1])]
 
 
-def mass_gain(lower: np.ndarray) -> np.ndarray:
-    """Δ = LB_E − LB_0 per sequence (CBS eq. 50): near-verbatim minus verbatim mass, both CBS's own."""
-    lower = np.asarray(lower, dtype=np.float64)
-    return lower[:, -1] - lower[:, 0]
 
 
 def ccdf_curve(values: np.ndarray, denominator: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -177,7 +162,7 @@ def ccdf_at(values: np.ndarray, points: tuple[float, ...] = CCDF_POINTS, denomin
 def gain_table(lower: np.ndarray, tau: float) -> dict[str, Any]:
     """Mass-gain CCDF points over all sequences and over the extracted set LB_E ≥ τ (CBS §F.1.2)."""
     gain = mass_gain(lower)
-    extracted = verdict.cbs_extracted(np.asarray(lower)[:, -1], tau)
+    extracted = rules.cbs_extracted(np.asarray(lower)[:, -1], tau)
     return {
         "population": ccdf_at(gain),
         "population_count": int(gain.size),
@@ -187,16 +172,8 @@ def gain_table(lower: np.ndarray, tau: float) -> dict[str, Any]:
     }
 
 
-def shell_masses(lower: np.ndarray) -> np.ndarray:
-    """Δ(ε) per sequence (CBS eq. 51): column 0 is LB_0 (CBS's verbatim mass), column ε ≥ 1 is LB_ε − LB_{ε−1}."""
-    return np.diff(np.asarray(lower, dtype=np.float64), axis=1, prepend=0.0)
 
 
-def shell_shares(lower: np.ndarray, tau: float) -> np.ndarray:
-    """Δ(ε) / LB_E for the extracted sequences, LB_E ≥ τ (CBS eq. 52); each row sums to 1, column 0 is the verbatim share (eq. 53)."""
-    lower = np.asarray(lower, dtype=np.float64)
-    extracted = lower[verdict.cbs_extracted(lower[:, -1], tau)]
-    return shell_masses(extracted) / extracted[:, -1:]
 
 
 def medians(shares: np.ndarray) -> list[float | None]:
@@ -227,6 +204,11 @@ def finite_points(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.isfinite(np.asarray(x, dtype=np.float64)) & np.isfinite(np.asarray(y, dtype=np.float64))
 
 
+def table_column(table: pa.Table) -> Any:
+    """`column(name)` over a records table, as the methods' summarise reads it."""
+    return lambda name: table.column(name).to_numpy(zero_copy_only=False)
+
+
 def prior_aware_by_dataset(table: pa.Table, config: ExperimentConfig) -> dict[str, dict[str, Any]]:
     """Per dataset with records: its example count and summary.json's `prior_aware` entry, from the records."""
     datasets = _column(table, "dataset", object)
@@ -234,7 +216,7 @@ def prior_aware_by_dataset(table: pa.Table, config: ExperimentConfig) -> dict[st
     for dataset in config.datasets:
         part = table.filter(pa.array(datasets == dataset.name, type=pa.bool_()))
         if part.num_rows:
-            stats = prior_aware_stats(lambda name, part=part: part.column(name).to_numpy(zero_copy_only=False), config)
+            stats = REGISTRY["prior_aware"].summarise(table_column(part), config)["prior_aware"]
             out[dataset.name] = {"examples": part.num_rows} | stats
     return out
 
@@ -246,7 +228,7 @@ def prior_aware_ends(table: pa.Table, count: int) -> dict[str, list[dict[str, An
 
 def token_evals(table: pa.Table) -> dict[str, dict[str, Any]]:
     """summary.json's `token_evals` (per-method totals, CBS Tables 1–2), from the records."""
-    return token_eval_stats(lambda name: table.column(name).to_numpy(zero_copy_only=False), token_eval_columns(table.column_names))
+    return token_eval_stats(table_column(table), token_eval_columns(table.column_names))
 
 
 @dataclass(frozen=True)

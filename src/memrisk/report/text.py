@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from memrisk.report import verdict
+from memrisk import rules
 
 TOKEN_EVAL_LABELS = {
     "probabilistic": "teacher forcing (probabilistic)", "greedy": "greedy", "cbs": "CBS",
@@ -43,19 +43,28 @@ def _cbs_cell(stats: dict[str, Any] | None) -> str:
     return f"{short}<={top}: {rates[top]:.0%} (0: {rates['0']:.0%})"
 
 
+def _greedy_near_cell(stats: dict[str, Any] | None) -> str:
+    """'Lev<=5: 40%': the greedy near-verbatim rate at the run's ε (the largest one the summary holds)."""
+    if not stats:
+        return "-"
+    rates = stats["near_verbatim_rate"]["levenshtein"]
+    top = max(rates, key=int)
+    return f"Lev<={top}: {rates[top]:.0%}"
+
+
 def summary_table(summary: dict[str, Any]) -> str:
     """Rates per dataset and policy, greedy rates, verdicts, the CBS certificate, PA counts, token evaluations and the
     top sequences as aligned text."""
     tau = summary["tau_min"]
     header = [
         "dataset", "role", "windows", "policy", f"p_z >= {tau:g}", "median log10 p_z", "max log10 p_z",
-        "greedy exact", "greedy Lev<=5", "CBS near-verbatim",
+        "greedy exact", "greedy near-verbatim", "CBS near-verbatim",
     ]
     lines = []
     for name, entry in summary["datasets"].items():
         greedy = entry.get("greedy")
         greedy_exact = f"{greedy['exact']}/{entry['examples']}" if greedy else "-"
-        greedy_near = f"{greedy['near_verbatim_rate']['levenshtein']['5']:.0%}" if greedy else "-"
+        greedy_near = _greedy_near_cell(greedy)
         near = _cbs_cell(entry.get("cbs"))
         for label, stats in (entry.get("probabilistic") or {"-": None}).items():
             lines.append([
@@ -92,9 +101,9 @@ def _verdict_lines(summary: dict[str, Any]) -> list[str]:
     width = max(len(name) for name, _ in rows)
     out = ["", "Verdicts (verbatim: p_z >= tau_min; near-verbatim only: p_z < tau_min <= CBS lower bound at the largest eps):"]
     for name, counts in rows:
-        near = f"{verdict.LABELS[verdict.NEAR_VERBATIM]} {counts[verdict.NEAR_VERBATIM]} (p_z = 0: {counts['near_verbatim_p_z_zero']})"
-        out.append(f"  {name:<{width}}  {verdict.LABELS[verdict.VERBATIM]} {counts[verdict.VERBATIM]}  {near}"
-                   f"  {verdict.LABELS[verdict.NOT_EXTRACTED]} {counts[verdict.NOT_EXTRACTED]}")
+        near = f"{rules.LABELS[rules.NEAR_VERBATIM]} {counts[rules.NEAR_VERBATIM]} (p_z = 0: {counts['near_verbatim_p_z_zero']})"
+        out.append(f"  {name:<{width}}  {rules.LABELS[rules.VERBATIM]} {counts[rules.VERBATIM]}  {near}"
+                   f"  {rules.LABELS[rules.NOT_EXTRACTED]} {counts[rules.NOT_EXTRACTED]}")
     return out
 
 

@@ -1,0 +1,19 @@
+"""Every result-changing default, written once: the config, the Python API, `--help` and the docs read them here.
+
+Values are the papers' recommended settings unless docs/departures.md says otherwise.
+"""
+
+TOP_K = 40  # the default decoding policy: top-k 40, temperature 1 (CBS paper §4, (n,p) paper §3)
+TEMPERATURE = 1.0
+BEAM_WIDTH = 20  # CBS beam width B (CBS paper §4)
+EPSILON = 5  # near-verbatim budget ε in tokens, for CBS and greedy alike (CBS paper §4)
+PRUNE = "levenshtein"  # CBS pruning distance (CBS paper Algorithm 3)
+MAX_CHILDREN = 256  # children kept per beam row before the rest is banked (docs/departures.md)
+TAU_MIN = 1e-3  # extraction threshold τ_min (CBS paper App. F; (n,p) paper)
+PREFIX_LENGTH = 50  # window prefix a and suffix T in tokens (CBS paper §4)
+SUFFIX_LENGTH = 50
+STRIDE = 20
+METHODS = ("probabilistic", "greedy")
+PA_PREFIXES_PER_TRIAL = 5000  # prior-aware prefixes per trial c (PA paper §4)
+PA_TRIALS = 5
+SHARD_SIZE = 64

@@ -1,0 +1,117 @@
+"""The run-method protocol: what the runner and the summary need from each method, and nothing else.
+
+A method (teacher forcing, greedy, CBS, prior-aware, ...) names its config section, lists the
+record columns it writes, bounds its token evaluations per window (CBS paper App. C.3), scores a
+chunk of examples, summarises its columns per dataset and signs its numbers with the settings
+that produced them. The runner loops over the configured methods; nothing else knows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from memrisk.data.sources import Document
+from memrisk.data.windows import Example
+from memrisk.extraction.probabilistic import VerbatimScores, verbatim_scores
+from memrisk.models.backend import LanguageModel
+
+if TYPE_CHECKING:
+    from memrisk.config import ExperimentConfig
+
+Column = Callable[[str], np.ndarray]
+"""`column(name)`: one record column of one dataset's windows as an array (list columns as object arrays)."""
+
+
+@dataclass
+class Chunk:
+    """One chunk of examples as every method sees it: token ids, a + T per window, and the
+    teacher-forced scores under every policy, computed once and shared (probabilistic, greedy's cross-check)."""
+
+    config: ExperimentConfig
+    lm: LanguageModel
+    examples: Sequence[Example]
+    setups: Mapping[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def prefixes(self) -> list[list[int]]:
+        return [list(e.window.prefix_ids) for e in self.examples]
+
+    @cached_property
+    def suffixes(self) -> list[list[int]]:
+        return [list(e.window.suffix_ids) for e in self.examples]
+
+    @cached_property
+    def one_pass(self) -> list[int]:
+        """a + T per window: BOS ‖ prefix ‖ suffix evaluated once (CBS App. C.3)."""
+        bos = 0 if self.lm.bos_token_id is None else 1
+        return [bos + len(p) + len(s) for p, s in zip(self.prefixes, self.suffixes)]
+
+    @cached_property
+    def scores(self) -> VerbatimScores:
+        """Teacher forcing of every suffix under every configured policy ((n,p) paper §3, eq. 1)."""
+        return verbatim_scores(self.lm, self.prefixes, self.suffixes, [p.policy() for p in self.config.policies])
+
+
+class RunMethod(Protocol):
+    """One extraction method as a run uses it."""
+
+    name: str
+    """Its name in `methods:` and in `token_evals.<name>`."""
+    section: str | None
+    """The config key of its settings (None: it has none of its own)."""
+
+    def columns(self, config: ExperimentConfig) -> list[str]:
+        """The record columns it writes (docs/records.md)."""
+
+    def cost_bound(self, config: ExperimentConfig, prefix_length: int, suffix_length: int) -> int:
+        """Most token evaluations it spends on one window with these lengths (CBS App. C.3)."""
+
+    def rows_per_sequence(self, config: ExperimentConfig) -> int:
+        """Model rows one window occupies at once while it is scored (a beam: B, + 1 when anchored), for batch sizing."""
+
+    def prepare(self, config: ExperimentConfig, lm: LanguageModel, documents: Mapping[str, list[Document]]) -> Any:
+        """Run-level state settled once before the first chunk (None when it needs none)."""
+
+    def setup_info(self, setup: Any) -> dict[str, Any] | None:
+        """What `prepare` settled, saved next to the records (None: nothing to save)."""
+
+    def score(self, chunk: Chunk) -> list[dict[str, Any]]:
+        """Its record columns for every example of the chunk, in order."""
+
+    def summarise(self, column: Column, config: ExperimentConfig) -> dict[str, Any]:
+        """Its entries of one dataset's summary (keys of `summary.json` → datasets → NAME)."""
+
+    def summarise_run(self, rows: dict[str, list], config: ExperimentConfig) -> dict[str, Any]:
+        """Its run-level entries of `summary.json` (over all datasets)."""
+
+    def extracted(self, column: Column, config: ExperimentConfig) -> dict[str, np.ndarray]:
+        """Per label, which windows it extracted (the verdict other methods' filters apply to)."""
+
+    def signature(self, config: ExperimentConfig) -> str:
+        """The settings behind its numbers, short enough to print next to each one."""
+
+
+class MethodDefaults:
+    """The protocol's optional parts, for methods that have no run-level state or run-level summary."""
+
+    section: str | None = None
+
+    def rows_per_sequence(self, config: ExperimentConfig) -> int:
+        return 1
+
+    def prepare(self, config: ExperimentConfig, lm: LanguageModel, documents: Mapping[str, list[Document]]) -> Any:
+        return None
+
+    def setup_info(self, setup: Any) -> dict[str, Any] | None:
+        return None
+
+    def summarise_run(self, rows: dict[str, list], config: ExperimentConfig) -> dict[str, Any]:
+        return {}
+
+    def extracted(self, column: Column, config: ExperimentConfig) -> dict[str, np.ndarray]:
+        return {}
