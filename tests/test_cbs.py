@@ -95,7 +95,7 @@ def test_token_evaluations_follow_the_beam_sizes(model, beam_width: int) -> None
     """The paper's k-CBS (no anchor): |L_t| = min(B, k^t) rows at every step."""
     k = 3
     for prefix, suffix in CASES:
-        [result] = cbs(model, [prefix], [suffix], DecodingPolicy(top_k=k), beam_width=beam_width, anchor=False)
+        [result] = cbs(model, [prefix], [suffix], DecodingPolicy(top_k=k), beam_width=beam_width, prune=None, anchor=False)
         sizes, size = [], 1
         for _ in range(len(suffix) - 1):
             size = min(beam_width, size * k)
@@ -129,9 +129,9 @@ def test_tau_min_early_stop_keeps_bounds_valid(model, exact) -> None:
 
 def test_eos_paths_are_removed_and_counted(model) -> None:
     prefix, suffix = CASES[1]
-    [plain] = cbs(model, [prefix], [suffix], DecodingPolicy(top_k=3), beam_width=64, eos_token_id=None)
+    [plain] = cbs(model, [prefix], [suffix], DecodingPolicy(top_k=3), beam_width=64, prune=None, eos_token_id=None)
     eos = plain.candidates[0].tokens[0]
-    [ended] = cbs(model, [prefix], [suffix], DecodingPolicy(top_k=3), beam_width=64, eos_token_id=eos)
+    [ended] = cbs(model, [prefix], [suffix], DecodingPolicy(top_k=3), beam_width=64, prune=None, eos_token_id=eos)
     assert ended.eos_mass > 0
     assert all(eos not in c.tokens[:-1] for c in ended.candidates)
     assert ended.covered_mass + ended.eos_mass == pytest.approx(plain.covered_mass, abs=1e-6)

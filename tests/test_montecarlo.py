@@ -23,7 +23,7 @@ def model():
 @pytest.fixture(scope="module")
 def target(model) -> list[int]:
     """The most likely 4-token continuation, so that every ε-ball carries real mass."""
-    [result] = memrisk.cbs(model, [PREFIX], [[0, 0, 0, 0]], POLICY, beam_width=64)
+    [result] = memrisk.cbs(model, [PREFIX], [[0, 0, 0, 0]], POLICY, beam_width=64, prune=None)
     return list(result.candidates[0].tokens)
 
 

@@ -7,8 +7,9 @@ neither torch nor transformers, such as `memrisk books score`) start at once.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
+
+from memrisk.version import __version__
 
 if TYPE_CHECKING:
     from memrisk.books.nvrecall import NVRecall, nv_recall
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     )
     from memrisk.models.backend import LanguageModel, load_model
 
-__version__ = version("memrisk")  # the installed distribution's, written once in pyproject.toml
 
 _EXPORTS = {
     "NVRecall": "memrisk.books.nvrecall",

@@ -179,7 +179,7 @@ class ExperimentConfig(_Strict):
     model: ModelConfig
     datasets: list[DatasetConfig] = Field(min_length=1)
     windows: WindowConfig = WindowConfig()
-    policies: list[PolicyConfig] = Field(default_factory=lambda: [PolicyConfig(top_k=defaults.TOP_K)], min_length=1)
+    policies: list[PolicyConfig] = Field(default_factory=lambda: [PolicyConfig(temperature=defaults.TEMPERATURE, top_k=defaults.TOP_K)], min_length=1)
     methods: list[MethodName] = Field(default_factory=lambda: list(defaults.METHODS), min_length=1)
     cbs: CBSConfig = CBSConfig()
     prior_aware: PriorAwareConfig = PriorAwareConfig()

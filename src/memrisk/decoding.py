@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from memrisk import defaults
 from memrisk.errors import MemriskError
 
 NUCLEUS_SEARCH = 256
@@ -281,3 +282,8 @@ def top_p_mask(log_p: torch.Tensor, top_p: float) -> torch.Tensor:
     size = nucleus_size(sorted_log_p, top_p)
     keep_sorted = torch.arange(log_p.shape[-1], device=log_p.device) < size.unsqueeze(-1)
     return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+
+
+def default_policy() -> DecodingPolicy:
+    """The policy every method uses when none is given: top-k 40 at temperature 1 (CBS paper §4, (n,p) paper §3)."""
+    return DecodingPolicy(temperature=defaults.TEMPERATURE, top_k=defaults.TOP_K)

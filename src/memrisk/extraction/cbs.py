@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from memrisk.decoding import DecodingPolicy
+from memrisk import defaults
+from memrisk.decoding import DecodingPolicy, default_policy
 from memrisk.distance import (
     band_final,
     band_init,
@@ -477,15 +478,15 @@ def cbs(
     suffixes: Any,
     policy: DecodingPolicy | None = None,
     *,
-    beam_width: int = 20,
-    prune: str | None = None,
-    epsilon: int = 5,
+    beam_width: int = defaults.BEAM_WIDTH,
+    prune: str | None = defaults.PRUNE,
+    epsilon: int = defaults.EPSILON,
     tau_min: float | None = None,
     tighter_levenshtein: bool = False,
     tail_closure: bool = False,
     closure_limit: int | None = None,
     eos_token_id: int | None | str = "auto",
-    max_children: int = 256,
+    max_children: int = defaults.MAX_CHILDREN,
     batch_size: int | None = None,
     compaction: bool = True,
     anchor: bool = True,
@@ -494,7 +495,7 @@ def cbs(
     """Decoding-constrained beam search for every (prefix, suffix): certified bounds on p_{z,ε}.
 
     `policy` defaults to top-k 40. `prune` selects Algorithm 1 (None), 2 ('hamming') or
-    3 ('levenshtein') with budget `epsilon`; `tau_min` enables the τ_min/(B·k) early stop.
+    3 ('levenshtein', the default, as in `memrisk run`) with budget `epsilon`; `tau_min` enables the τ_min/(B·k) early stop.
     `tighter_levenshtein` uses the keep rule min_j D[t,j] + |t−j| ≤ ε; `tail_closure` scores the
     one viable completion of pruned Hamming paths at distance ε (best `closure_limit` per
     sequence, default B) and adds it to the lower bound. Children per beam element are the
@@ -509,7 +510,7 @@ def cbs(
     """
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
-    policy = DecodingPolicy(top_k=40) if policy is None else policy
+    policy = default_policy() if policy is None else policy
     _validate(beam_width, prune, epsilon, tau_min, max_children)
     if tail_closure and prune != "hamming":
         raise MemriskError("tail_closure applies to Hamming-pruned search only (prune='hamming')")

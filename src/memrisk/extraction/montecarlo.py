@@ -17,7 +17,8 @@ import torch
 from rapidfuzz.distance import Levenshtein
 from tqdm.auto import tqdm
 
-from memrisk.decoding import DecodingPolicy
+from memrisk import defaults
+from memrisk.decoding import DecodingPolicy, default_policy
 from memrisk.errors import MemriskError
 from memrisk.extraction.inputs import as_model, prefix_suffix_pairs
 from memrisk.models.backend import LanguageModel
@@ -116,8 +117,8 @@ def monte_carlo(
     suffixes: Any,
     policy: DecodingPolicy | None = None,
     samples: int = 1000,
-    distance: str = "levenshtein",
-    epsilon: int = 5,
+    distance: str = defaults.PRUNE,
+    epsilon: int = defaults.EPSILON,
     seed: int = 0,
     replicates: int = 1,
     *,
@@ -133,7 +134,7 @@ def monte_carlo(
         raise MemriskError(f"epsilon must be >= 0, got {epsilon}")
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
-    policy = DecodingPolicy(top_k=40) if policy is None else policy
+    policy = default_policy() if policy is None else policy
     bos = 0 if lm.bos_token_id is None else 1
     jobs = _jobs(len(prefix_ids), samples, replicates, seed, max_rows)
     distances: dict[tuple[int, int], list[np.ndarray]] = {}

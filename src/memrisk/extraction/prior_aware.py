@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from memrisk import defaults
 from memrisk.data.bank import PrefixBank
 from memrisk.decoding import DecodingPolicy, score_policies
 from memrisk.errors import MemriskError
@@ -134,7 +135,7 @@ def _log_ratio(log_p: float, log_prior: float) -> float:
 
 def calibrate(
     model: Any, bank: PrefixBank, *, sequences: Sequence[str] | None = None, suffix_length: int = 50,
-    trials: int = 5, policy: DecodingPolicy = FULL_DISTRIBUTION, progress: bool = False,
+    trials: int = defaults.PA_TRIALS, policy: DecodingPolicy = FULL_DISTRIBUTION, progress: bool = False,
 ) -> Calibration:
     """Calibrate n on generic sequences (default: PA Appendix B's set matching `suffix_length`), each split into equal token halves."""
     lm = as_model(model)
@@ -183,7 +184,7 @@ def prior_aware(
     m: float | None = None,
     n: float | str = "calibrate",
     *,
-    trials: int = 5,
+    trials: int = defaults.PA_TRIALS,
     policy: DecodingPolicy = FULL_DISTRIBUTION,
     documents: Sequence[str | None] | None = None,
     generic_sequences: Sequence[str] | None = None,
