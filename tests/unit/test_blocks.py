@@ -56,7 +56,7 @@ def test_a_search_without_a_common_word_returns_the_range_starts(search):
     assert search([1], 0, 0, [1], 0, 1) == (0, 0, 0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(small_ints, small_ints, st.data())
 def test_both_searches_equal_difflib_on_any_ranges(a, b, data):
     alo = data.draw(st.integers(0, len(a)))
@@ -71,7 +71,7 @@ def test_both_searches_equal_difflib_on_any_ranges(a, b, data):
 long_words = st.lists(st.sampled_from("abc"), min_size=70, max_size=160)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(long_words, long_words)
 def test_blocks_equal_difflib_when_the_first_search_uses_the_automaton(a, b):
     """At least 70 × 70 = 4900 > SMALL_SEARCH word pairs, so the top-level search is the automaton's."""
