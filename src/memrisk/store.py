@@ -147,7 +147,7 @@ class RecordStore:
 
     def write_json(self, name: str, data: Any) -> Path:
         """Atomically write JSON (non-finite floats as strings 'inf'/'-inf'/'nan')."""
-        return self.write_text(name, json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
+        return self.write_text(name, json.dumps(_json_safe(data), indent=2, sort_keys=False, default=str) + "\n")
 
     def write_bytes(self, name: str, data: bytes) -> Path:
         """Atomically write a binary file inside the run directory."""
@@ -254,7 +254,7 @@ class RequestLog:
         if not self.path.exists():
             return []
         entries = []
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+        for number, line in enumerate(self.path.read_text(encoding="utf-8").split("\n"), 1):
             if not line.strip():
                 continue
             try:

@@ -156,8 +156,6 @@ def test_a_line_separator_inside_a_jsonl_text_does_not_split_the_row(tmp_path):
     assert read_documents(path) == [Document("d:1", "one\u2028two\x85three")]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a repeated id_field value gives two documents the same doc_id, so their "
-                   "example ids collide and a resume takes one for the other; it is neither refused nor made unique")
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_repeated_id_field_values_do_not_give_repeated_document_ids(tmp_path, fmt):
     rows = {"text": ["first text", "second text"], "id": ["same", "same"]}

@@ -190,9 +190,6 @@ def test_a_committed_shard_that_is_missing_is_an_error_naming_it(tmp_path):
     assert message.endswith("); re-run `memrisk run` on this folder to score its examples again")
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="write_json has no default=str: an identity that "
-                   "config_fingerprint and refuse_changed_settings accept (a Path value) makes RecordStore.open raise "
-                   "TypeError (latent: `memrisk run` passes JSON-only identities)")
 def test_open_accepts_an_identity_the_fingerprint_accepts(tmp_path):
     identity = {"data": tmp_path / "story.txt"}
     RecordStore.open(tmp_path / "run", {}, identity)
@@ -399,8 +396,6 @@ def test_the_torn_line_size_is_counted_in_bytes(tmp_path, caplog):
     assert log.entries() == [{"a": 1}]
 
 
-@pytest.mark.xfail(strict=True, raises=MemriskError, reason="entries() splits with str.splitlines, which also breaks lines at U+2028, "
-                   "U+2029 and U+0085; append writes those raw (ensure_ascii=False), so such an entry reads as damaged")
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
 def test_an_entry_holding_a_unicode_line_separator_reads_back(tmp_path, separator):
     log = RequestLog(tmp_path / "r.jsonl")

@@ -24,6 +24,8 @@ class Price:
     def __post_init__(self) -> None:
         if min(self.input, self.cached_input, self.output) < 0:
             raise MemriskError(f"prices must be >= 0, got {self}")
+        if self.cached_input > self.input:
+            raise MemriskError(f"the cached-input price must not exceed the input price (the spend cap's bound bills input fresh), got {self}")
 
 
 # List prices in effect for the Books paper's runs (Aug–Sep 2025); override per run in the config.

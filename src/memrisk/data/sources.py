@@ -53,7 +53,17 @@ def read_documents(
     documents = [d for d in documents if d.text.strip()]
     if not documents:
         raise MemriskError(f"{path} contains no text")
+    _refuse_repeated_ids(path, documents, id_field)
     return documents
+
+
+def _refuse_repeated_ids(path: Path, documents: list[Document], id_field: str | None) -> None:
+    """Two documents with one id would give their windows one example id (a resume would take one for the other)."""
+    seen: set[str] = set()
+    for document in documents:
+        if document.doc_id in seen:
+            raise MemriskError(f"{path}: the id {document.doc_id!r} (field {id_field!r}) names more than one document; ids must be unique")
+        seen.add(document.doc_id)
 
 
 def _read_utf8(path: Path) -> str:
