@@ -122,3 +122,24 @@ def test_run_folder_file_names_are_written_only_in_layout() -> None:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                 found += [f"{path.relative_to(SOURCE)}:{node.lineno}: {name}" for name in FILE_NAMES if name == node.value]
     assert not found, found
+
+
+def test_scores_and_summaries_carry_the_signature_of_their_settings(tmp_path, model_dir) -> None:
+    """The run's CBS signature is the one `memrisk.cbs` gives its results under the same settings; every
+    method of the run is signed in summary.json and in the text table, with the memrisk version."""
+    config = load_config(write_config(tmp_path, model_dir, methods=["probabilistic", "cbs"], cbs={"beam_width": 2, "epsilon": 1}))
+    summary = run_experiment(config, tmp_path / "out", progress=False)
+    row = records(tmp_path / "out")[0]
+    lm = memrisk.load_model(str(model_dir))
+    [result] = memrisk.cbs(lm, [row["prefix_ids"]], [row["suffix_ids"]], config.cbs_policy().policy(), beam_width=2, epsilon=1,
+                           tau_min=config.tau_min)
+    assert summary["signatures"]["cbs"] == result.signature
+    assert result.signature == (f"cbs|policy:topk3|B:2|prune:levenshtein|eps:1|anchor:yes|tau:0.001|children:256|tighter:no"
+                                f"|closure:no|memrisk:{memrisk.__version__}")
+    scores = memrisk.verbatim_scores(lm, [row["prefix_ids"]], [row["suffix_ids"]], [p.policy() for p in config.policies])
+    assert summary["signatures"]["probabilistic"] == f"{scores.signature.removesuffix('|memrisk:' + memrisk.__version__)}|tau:0.001|memrisk:{memrisk.__version__}"
+    from memrisk.report.text import summary_table
+
+    assert summary_table(summary).endswith("\n".join(["Signatures:", *(f"  {s}" for s in summary["signatures"].values())]))
+    [sampled] = memrisk.monte_carlo(lm, [row["prefix_ids"]], [row["suffix_ids"]], samples=4)
+    assert sampled.signature == f"monte_carlo|policy:topk40|samples:4|replicates:1|distance:levenshtein|eps:5|seed:0|memrisk:{memrisk.__version__}"

@@ -38,6 +38,7 @@ from memrisk.errors import MemriskError
 from memrisk.extraction.inputs import as_model, padded, prefix_suffix_pairs
 from memrisk.extraction.probabilistic import verbatim_scores
 from memrisk.models.backend import DecodeState, LanguageModel
+from memrisk.signature import signature
 
 PRUNE_MODES = (None, "hamming", "levenshtein")
 DISTANCES = ("hamming", "levenshtein")
@@ -88,6 +89,8 @@ class CBSResult:
     epsilon: int
     suffix_length: int
     anchor: bool = False
+    signature: str = ""
+    """The settings behind these bounds (`cbs_signature`), to print next to any number taken from them."""
 
     def lower_bound(self, distance: str = "levenshtein", epsilon: int | None = None) -> float:
         """Certified lower bound on p_{z,ε}: the mass of candidates within `epsilon`."""
@@ -524,6 +527,7 @@ def cbs(
         closures, closure_evals = (
             _closures(lm, searches, prefix_ids, suffix_ids, policy, closure_limit or beam_width) if tail_closure else ({}, {})
         )
+    signed = cbs_signature(policy, beam_width, prune, epsilon, anchor, tau_min, max_children, tighter_levenshtein, tail_closure)
     results = []
     for s, suffix in zip(searches, suffix_ids):
         candidates = [Candidate(tokens, lp, hamming(tokens, suffix), levenshtein(tokens, suffix)) for tokens, lp in s.finals]
@@ -543,6 +547,7 @@ def cbs(
             epsilon=epsilon,
             suffix_length=len(suffix),
             anchor=anchor,
+            signature=signed,
         ))
     return results
 
@@ -584,6 +589,13 @@ def text_masses(
             if distance <= c:
                 chars[c].append(p)
     return TextMasses(math.fsum(bleu), {c: math.fsum(v) for c, v in chars.items()})
+
+
+def cbs_signature(policy: DecodingPolicy, beam_width: int, prune: str | None, epsilon: int, anchor: bool, tau_min: float | None,
+                  max_children: int, tighter_levenshtein: bool, tail_closure: bool) -> str:
+    """The signature of a CBS search: every setting that changes its bounds."""
+    return signature("cbs", policy=policy.name, B=beam_width, prune=prune, eps=epsilon, anchor=anchor, tau=tau_min,
+                     children=max_children, tighter=tighter_levenshtein, closure=tail_closure)
 
 
 def token_evaluation_limit(prefix_length: int, suffix_length: int, beam_width: int) -> int:

@@ -9,7 +9,7 @@ do not depend on how examples are batched.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from memrisk.decoding import DecodingPolicy, default_policy
 from memrisk.errors import MemriskError
 from memrisk.extraction.inputs import as_model, prefix_suffix_pairs
 from memrisk.models.backend import LanguageModel
+from memrisk.signature import signature
 
 Z_95 = 1.959963984540054
 
@@ -61,6 +62,8 @@ class MonteCarloResult:
     curve_low: np.ndarray
     curve_high: np.ndarray
     token_evals: int
+    signature: str = ""
+    """The settings behind these estimates: policy, samples, replicates, distance, ε and seed."""
 
 
 def _distances(samples: np.ndarray, target: list[int], distance: str) -> np.ndarray:
@@ -153,10 +156,10 @@ def monte_carlo(
             bar.update(len(group))
             group = [job] if job is not None else []
     bar.close()
+    signed = signature("monte_carlo", policy=policy.name, samples=samples, replicates=replicates, distance=distance, eps=epsilon, seed=seed)
     return [
-        _summarise(
-            np.stack([np.concatenate(distances[(i, r)]) for r in range(replicates)]), distance, epsilon, evals[i]
-        )
+        replace(_summarise(np.stack([np.concatenate(distances[(i, r)]) for r in range(replicates)]), distance, epsilon, evals[i]),
+                signature=signed)
         for i in range(len(prefix_ids))
     ]
 

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from memrisk.decoding import DecodingPolicy, score_policies, tokens_ahead
 from memrisk.extraction.inputs import as_model, as_policies, batch_slices, padded, prefix_suffix_pairs
+from memrisk.signature import signature
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,11 @@ class VerbatimScores:
     token_log_probs: np.ndarray
     ranks: np.ndarray
     suffix_lengths: np.ndarray
+
+    @property
+    def signature(self) -> str:
+        """The settings behind these scores: teacher forcing under each policy ((n,p) paper §3)."""
+        return signature("teacher_forcing", policies=",".join(p.name for p in self.policies))
 
     @property
     def argmax_match(self) -> np.ndarray:

@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memrisk import rules
-from memrisk.extraction.cbs import CBSResult, cbs, text_masses, token_evaluation_limit
+from memrisk.extraction.cbs import CBSResult, cbs, cbs_signature, text_masses, token_evaluation_limit
 from memrisk.methods.base import Chunk, Column, MethodDefaults
 from memrisk.methods.probabilistic import log10
-from memrisk.signature import signature
 
 if TYPE_CHECKING:
     from memrisk.config import ExperimentConfig
@@ -180,5 +179,5 @@ class CBS(MethodDefaults):
 
     def signature(self, config: ExperimentConfig) -> str:
         c = config.cbs
-        return signature(self.name, policy=config.cbs_policy().label, B=c.beam_width, prune=c.prune, eps=c.epsilon, anchor=c.anchor,
-                         tau=config.tau_min if c.tau_min_stop else None, children=c.max_children)
+        return cbs_signature(config.cbs_policy().policy(), c.beam_width, c.prune_mode, c.epsilon, c.anchor,
+                             config.tau_min if c.tau_min_stop else None, c.max_children, c.tighter_levenshtein, c.tail_closure)

@@ -96,4 +96,4 @@ class Probabilistic(MethodDefaults):
         return {f"probabilistic.{p.label}": rules.verbatim(column(f"log_p.{p.label}"), config.tau_min) for p in config.policies}
 
     def signature(self, config: ExperimentConfig) -> str:
-        return signature(self.name, policies=",".join(p.label for p in config.policies), tau=config.tau_min)
+        return signature("teacher_forcing", policies=",".join(p.policy().name for p in config.policies), tau=config.tau_min)

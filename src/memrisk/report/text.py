@@ -90,7 +90,13 @@ def summary_table(summary: dict[str, Any]) -> str:
         for item in top[:5]:
             text = " ".join(item["suffix_text"].split())
             out.append(f"  log10 p_z {item['log10_p']:7.2f}  {item['dataset']:<12} {text[:90]!r}")
-    return "\n".join(out)
+    return "\n".join(out + _signature_lines(summary))
+
+
+def _signature_lines(summary: dict[str, Any]) -> list[str]:
+    """Each method's signature: the settings behind its numbers above, to quote with them."""
+    signatures = summary.get("signatures") or {}
+    return ["", "Signatures:", *(f"  {signed}" for signed in signatures.values())] if signatures else []
 
 
 def _verdict_lines(summary: dict[str, Any]) -> list[str]:
