@@ -25,7 +25,8 @@ from memrisk import cli
 from memrisk.config import parse_config
 from memrisk import rules
 from memrisk.report import figures, metrics
-from memrisk.report.html import diff_html, write_report
+from memrisk.report.html import write_report
+from memrisk.report.markup import diff_html
 from memrisk.summary import summarize
 from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
