@@ -52,7 +52,7 @@ def chapter_row(book: dict[str, Any]) -> list[object]:
             pct(union["nv_recall"]), totals["matched"], totals["missing"], "—", union["max_block"], "—", ""]
 
 
-def books_table(run: Books, base: Path) -> Html:
+def books_html_table(run: Books, base: Path) -> Html:
     """Per book (and per-chapter union): Phase 1, Phase 2, nv-recall, words, longest block, cost, links."""
     header = ["book", "Phase 1 success", "s", "k", "perturbation", "attempts", "Phase 2 turns", "continuations", "halt",
               "empty answers", "refusal retries", "matches", "nv-recall", "matched words", "missing words", "additional words",
@@ -109,7 +109,7 @@ def books_section(run: Books, prefix: str, base: Path) -> tuple[Html, list[Pictu
         tag("p", f"Model {model['provider']}:{model['name']}; spend cap {money(s['spend_cap_usd'])}, spent {money(s['spent_usd'])} "
                  f"({s['costs']['requests']} requests logged, {s['requests_sent']} sent by the last invocation). Price per million "
                  f"tokens: input ${price['input']:g}, cached input ${price['cached_input']:g}, output ${price['output']:g}."),
-        tag("h3", "Books"), books_table(run, base),
+        tag("h3", "Books"), books_html_table(run, base),
         tag("h3", "Figures"), *map(figure_html, pics),
         tag("h3", "Cost per book and phase"),
         note("A book's phases include the requests of its per-chapter variant. The cache estimate uses the provider's cached-token "
