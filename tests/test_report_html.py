@@ -26,7 +26,7 @@ from memrisk.config import parse_config
 from memrisk import rules
 from memrisk.report import figures, metrics
 from memrisk.report.html import write_report
-from memrisk.report.markup import diff_html
+from memrisk.report.markup import inline_diff_html
 from memrisk.summary import summarize
 from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
@@ -246,7 +246,7 @@ def test_records_without_token_evaluation_columns_have_no_cost_table(tmp_path) -
 
 
 def test_diff_marks_matched_missing_and_added_spans() -> None:
-    out = diff_html("a <b> c", "a <i> c!")
+    out = inline_diff_html("a <b> c", "a <i> c!")
     assert '<span class="match">a &lt;</span>' in out
     assert '<span class="missing" title="in the target, not generated">b</span>' in out
     assert '<span class="added" title="generated, not in the target">i</span>' in out

@@ -74,7 +74,7 @@ def _books_run(args: argparse.Namespace) -> None:
 
 
 def _books_score(args: argparse.Namespace) -> None:
-    from memrisk.books.diffview import diff_html
+    from memrisk.books.diffview import diff_page
     from memrisk.books.nvrecall import nv_recall
     from memrisk.books.run import read_book
     from memrisk.store import atomic_write_bytes
@@ -89,7 +89,7 @@ def _books_score(args: argparse.Namespace) -> None:
           f"max block {result.max_block}  blocks {len(result.blocks)}  |B| {result.book_words}  |G| {result.generated_words}")
     print(result.signature)
     if args.html:
-        page = diff_html(book, generation, result, title=f"{Path(args.book).name} vs {generated.name}", context_words=args.context_words)
+        page = diff_page(book, generation, result, title=f"{Path(args.book).name} vs {generated.name}", context_words=args.context_words)
         atomic_write_bytes(Path(args.html), page.encode("utf-8"))
         print(f"diff view written to {args.html}")
 

@@ -104,7 +104,7 @@ def relative_link(target: Path, base: Path) -> str:
     return Path(os.path.relpath(target, base)).as_posix()
 
 
-def diff_html(target: str, candidate: str) -> Html:
+def inline_diff_html(target: str, candidate: str) -> Html:
     """Character diff of a candidate against its target: matched, missing and added spans."""
     parts = []
     for op, a0, a1, b0, b1 in difflib.SequenceMatcher(None, target, candidate, autojunk=False).get_opcodes():

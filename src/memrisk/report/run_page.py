@@ -16,7 +16,7 @@ from memrisk import layout, rules
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.report import figures, metrics
 from memrisk.report.markup import (
-    LIST_LIMIT, Html, Picture, capped, count_rate, diff_html, figure_html, join, log10_text, mass_text, note, pct,
+    LIST_LIMIT, Html, Picture, capped, count_rate, figure_html, inline_diff_html, join, log10_text, mass_text, note, pct,
     picture, table, tag,
 )
 from memrisk.report.text import pa_budget, token_eval_rows
@@ -247,11 +247,11 @@ def sequence_cell(run: Run, row: dict[str, Any]) -> Html:
     target = row["suffix_text"]
     parts: list[object] = [tag("div", "…" + row["prefix_text"][-PREFIX_TAIL:], class_="text prefix")]
     if "greedy_text" in row:
-        parts += [tag("span", f"greedy (Lev {row['greedy_levenshtein']}):", class_="label"), diff_html(target, row["greedy_text"])]
+        parts += [tag("span", f"greedy (Lev {row['greedy_levenshtein']}):", class_="label"), inline_diff_html(target, row["greedy_text"])]
     cand = best_candidate(run, row)
     if cand is not None:
         about = f"p = {math.exp(cand['log_p']):.3g}, Lev {cand['levenshtein']}, Ham {cand['hamming']}"
-        parts += [tag("span", f"best CBS candidate ({about}):", class_="label"), diff_html(target, cand["text"])]
+        parts += [tag("span", f"best CBS candidate ({about}):", class_="label"), inline_diff_html(target, cand["text"])]
     if len(parts) == 1:
         parts += [tag("span", "target suffix:", class_="label"), tag("div", target, class_="text")]
     return join(parts)
