@@ -95,7 +95,7 @@ def books_pictures(run: Books, prefix: str) -> list[Picture]:
                 "generation; the per-chapter union as a second bar where the run has it.",
                 figures.nv_recall_figure(books.recall_bars(run.summary))),
         picture(f"{prefix}books-heatmap", "Where in each book text was extracted: the near-verbatim blocks (red) over the "
-                "book's words (grey), one strip per book and per-chapter union.", figures.books_heatmap_figure(books.strips(run.summary))),
+                "book's words (grey), one strip per book and per-chapter union.", figures.book_strips_figure(books.strips(run.summary))),
     ]
 
 

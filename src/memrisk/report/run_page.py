@@ -232,7 +232,7 @@ def run_pictures(run: Run, prefix: str) -> list[Picture]:
         shown = maps[:HEATMAP_DOCUMENTS]
         pics.append(picture(f"{prefix}book-heatmap", "Max extraction probability per character over the suffixes covering "
                             f"it (log scale, white below τ_min = {tau:g}); {len(shown)} of {len(maps)} documents, most "
-                            "windows first.", figures.book_heatmap_figure(shown, tau, run.near_label)))
+                            "windows first.", figures.position_heatmap_figure(shown, tau, run.near_label)))
     return pics
 
 
