@@ -1,4 +1,5 @@
-"""Report figures (CBS paper §F.1) drawn with matplotlib's Agg canvas; `render` gives PNG and SVG bytes.
+"""Report figures (CBS paper §F.1, the prior-aware scatter, Books paper Fig. 5) drawn with matplotlib's Agg canvas;
+`render` gives PNG and SVG bytes.
 
 Figures are built on `matplotlib.figure.Figure` (no pyplot state). Text that comes from
 configs or corpora is passed through `plain`, so a '$' never turns into mathtext.
