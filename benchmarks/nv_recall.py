@@ -16,7 +16,7 @@ import random
 import time
 
 from memrisk.books.blocks import matching_blocks
-from memrisk.demo.corpus import source_documents
+from memrisk.demo.prose import source_documents
 
 
 def damaged_copy(book: list[str], vocabulary: list[str], seed: int = 0) -> list[str]:

@@ -29,7 +29,7 @@ from scipy.stats import pearsonr, spearmanr
 
 import memrisk
 from memrisk.data import Document
-from memrisk.demo.corpus import source_documents
+from memrisk.demo.prose import source_documents
 from memrisk.demo.train import TrainingConfig, train_model, train_tokenizer
 
 COMPOSITIONS = ((0, 36), (2, 30), (4, 24), (6, 18), (8, 12), (10, 6), (12, 0))

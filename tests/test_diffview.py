@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memrisk import MemriskError
-from memrisk.books.diffview import Segment, diff_html, segments
+from memrisk.books.diffview import Segment, diff_page, segments
 from memrisk.books.nvrecall import Block, normalize, nv_recall
 
 BOOK = [f"book{i:03d}" for i in range(150)]
@@ -56,7 +56,7 @@ def test_segments_of_a_hand_built_copy(replace: bool, passes, block: Block) -> N
 
 def test_html_shows_stats_signature_and_legend_counts() -> None:
     book, generated = " ".join(BOOK), " ".join(copied(True))
-    page = diff_html(book, generated, title="Book <one>")
+    page = diff_page(book, generated, title="Book <one>")
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<title>Book &lt;one&gt;</title>" in page and "<h1>Book &lt;one&gt;</h1>" in page
     for label, value in [("nv-recall", "76.7%"), ("matched m", "115"), ("missing", "35"), ("additional", "10"),
@@ -69,14 +69,14 @@ def test_html_shows_stats_signature_and_legend_counts() -> None:
     assert "<script" not in page and "http" not in page.replace("http-equiv", "")
     assert '<tr class="matched"><td><span class="pos">B[10:130]</span>book010' in page
     assert " ".join(FOREIGN) in page and "book005" in page  # gap words inside the block, full missing run
-    assert page == diff_html(book, generated, nv_recall(book, generated), title="Book <one>")
+    assert page == diff_page(book, generated, nv_recall(book, generated), title="Book <one>")
 
 
 def test_html_escapes_everything() -> None:
     attack = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
     book = " ".join(BOOK[:40]) + " " + attack + " " + " ".join(BOOK[40:])
     generated = " ".join(BOOK[:20]) + " " + attack + " " + " ".join(BOOK[:60]) + " " + attack
-    page = diff_html(book, generated)
+    page = diff_page(book, generated)
     assert "<script" not in page and "<img" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &lt;img src=x onerror=alert(1)&gt;" in page
     assert page.count("&lt;script&gt;") == 3  # once in B (matched) and twice in G
@@ -84,15 +84,15 @@ def test_html_escapes_everything() -> None:
 
 def test_context_words_abbreviates_unmatched_runs_only() -> None:
     book, generated = " ".join(BOOK), " ".join(copied(True))
-    page = diff_html(book, generated, context_words=3)
+    page = diff_page(book, generated, context_words=3)
     assert "book000 book001 book002 " in page and " book007 book008 book009" in page
     assert '<span class="skip">… 4 words …</span>' in page and "book005" not in page
     assert '<span class="skip">… 14 words …</span>' in page and "book140" not in page
     assert "extra0 extra1 extra2 extra3 extra4" in page  # 5 ≤ 2·3: shown whole
     assert " ".join(BOOK[10:70] + FOREIGN + BOOK[75:130]) in page  # matched blocks are never abbreviated
-    assert '… 10 words …' in diff_html(book, generated, context_words=0)
+    assert '… 10 words …' in diff_page(book, generated, context_words=0)
     with pytest.raises(MemriskError):
-        diff_html(book, generated, context_words=-1)
+        diff_page(book, generated, context_words=-1)
 
 
 def test_unrelated_generation_is_all_missing_and_additional() -> None:
@@ -100,7 +100,7 @@ def test_unrelated_generation_is_all_missing_and_additional() -> None:
     result = nv_recall(" ".join(BOOK), " ".join(generated))
     assert result.blocks == []
     assert segments(BOOK, generated, result.blocks) == [Segment("missing", 0, 150, 0, 0), Segment("additional", 150, 150, 0, 40)]
-    page = diff_html(" ".join(BOOK), " ".join(generated), result)
+    page = diff_page(" ".join(BOOK), " ".join(generated), result)
     assert "<tr><th>nv-recall</th><td>0.0%</td></tr>" in page and "matched: 0 B words in 0 blocks" in page
     assert '<tr class="matched">' not in page
     assert segments(BOOK, [], []) == [Segment("missing", 0, 150, 0, 0)]
@@ -112,7 +112,7 @@ def test_inconsistent_inputs_are_rejected() -> None:
     with pytest.raises(MemriskError):
         segments(BOOK, BOOK[:50], [Block(0, 40, 20, 20, 20)])  # past the end of G
     with pytest.raises(MemriskError):
-        diff_html("a b c", "a b c", nv_recall("a b c d", "a b c"))
+        diff_page("a b c", "a b c", nv_recall("a b c d", "a b c"))
 
 
 words = st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=60)
@@ -128,4 +128,4 @@ def test_segments_partition_both_texts(book: list[str], generated: list[str], pa
     matched = [s for s in segs if s.kind == "matched"]
     assert [(s.book_start, s.generated_start) for s in matched] == [(b.book_start, b.generated_start) for b in result.blocks]
     assert sum(s.book_end - s.book_start for s in matched) == sum(b.book_span for b in result.blocks)
-    assert f"{result.nv_recall:.1%}" in diff_html(book_text, generated_text, result, context_words=context_words)
+    assert f"{result.nv_recall:.1%}" in diff_page(book_text, generated_text, result, context_words=context_words)

@@ -31,7 +31,7 @@ def test_blocks_match_difflib(a: list[str], b: list[str], data) -> None:
 
 
 def test_blocks_match_difflib_on_long_prose() -> None:
-    from memrisk.demo.corpus import source_documents
+    from memrisk.demo.prose import source_documents
 
     book = " ".join(source_documents()[:60]).split()
     generated = [w if i % 37 else "changed" for i, w in enumerate(book) if i % 101]

@@ -19,7 +19,8 @@ from memrisk.books.config import parse_books_config
 from memrisk.books.providers import ChatResponse, GenerationSettings, Usage
 from memrisk.books.run import run_books
 from memrisk.report import books
-from memrisk.report.html import money, pct, write_report
+from memrisk.report.html import write_report
+from memrisk.report.markup import money, pct
 from memrisk.summary import rebuild_summary
 from tests import test_report_html as shared
 from tests.test_report_html import BROWSER_MISSING, SCRIPT, QuietHandler, full_page_png, make_run, records, visible_text

@@ -25,7 +25,8 @@ from memrisk import cli
 from memrisk.config import parse_config
 from memrisk import rules
 from memrisk.report import figures, metrics
-from memrisk.report.html import diff_html, write_report
+from memrisk.report.html import write_report
+from memrisk.report.markup import inline_diff_html
 from memrisk.summary import summarize
 from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
@@ -245,7 +246,7 @@ def test_records_without_token_evaluation_columns_have_no_cost_table(tmp_path) -
 
 
 def test_diff_marks_matched_missing_and_added_spans() -> None:
-    out = diff_html("a <b> c", "a <i> c!")
+    out = inline_diff_html("a <b> c", "a <i> c!")
     assert '<span class="match">a &lt;</span>' in out
     assert '<span class="missing" title="in the target, not generated">b</span>' in out
     assert '<span class="added" title="generated, not in the target">i</span>' in out
@@ -266,8 +267,8 @@ def test_figures_render_degenerate_inputs_without_warnings() -> None:
         figures.shell_violin_figure(zeros, metrics.medians(zeros)),
         figures.rates_figure({"empty": {"target": no_rates}}, 1e-3),
         figures.np_curves_figure({"target": metrics.np_curves(empty, None)}),
-        figures.book_heatmap_figure([blank], 1e-3, "LB"),
-        figures.book_heatmap_figure([], 1e-3, "LB"),
+        figures.position_heatmap_figure([blank], 1e-3, "LB"),
+        figures.position_heatmap_figure([], 1e-3, "LB"),
         figures.prior_aware_figure(empty, empty, empty, empty, 1e-3, 2.0),
         figures.prior_aware_figure(np.array([-np.inf, -5.0]), np.array([-2.0, -np.inf]), np.array(["target", "control"]),
                                    np.array([True, False]), 1e-3, 2.0),

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from memrisk.config import parse_config
-from memrisk.report.html import load_run, prior_aware_section, write_report
+from memrisk.report.html import write_report
+from memrisk.report.run_page import load_run, prior_aware_section
 from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
 from memrisk.store import RecordStore

@@ -45,7 +45,7 @@ def _report(args: argparse.Namespace) -> None:
 
     from memrisk.lock import locked_folder
     from memrisk.report.html import write_report
-    from memrisk.report.text import books_table, summary_table
+    from memrisk.report.text import books_text_table, summary_table
     from memrisk.summary import rebuild_summary
     from memrisk.store import RecordStore
 
@@ -56,7 +56,7 @@ def _report(args: argparse.Namespace) -> None:
             locks.enter_context(locked_folder(folder))
         for folder in folders:
             summary = rebuild_summary(folder)
-            print(books_table(summary) if summary.get("kind") == "books" else summary_table(summary))
+            print(books_text_table(summary) if summary.get("kind") == "books" else summary_table(summary))
         path = write_report(folders, Path(args.out) if args.out else None)
     print(f"\nreport written to {path} (figures in {path.parent / 'figures'}/)")
 
@@ -64,17 +64,17 @@ def _report(args: argparse.Namespace) -> None:
 def _books_run(args: argparse.Namespace) -> None:
     from memrisk.books.config import load_books_config
     from memrisk.books.run import run_books
-    from memrisk.report.text import books_table
+    from memrisk.report.text import books_text_table
 
     config = load_books_config(args.config)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     summary = run_books(config, out, force=args.force)
-    print(books_table(summary))
+    print(books_text_table(summary))
     print(f"\nrequest log, generations, diffs and books_summary.json in {out}/; `memrisk report {out}` for the HTML report")
 
 
 def _books_score(args: argparse.Namespace) -> None:
-    from memrisk.books.diffview import diff_html
+    from memrisk.books.diffview import diff_page
     from memrisk.books.nvrecall import nv_recall
     from memrisk.books.run import read_book
     from memrisk.store import atomic_write_bytes
@@ -89,7 +89,7 @@ def _books_score(args: argparse.Namespace) -> None:
           f"max block {result.max_block}  blocks {len(result.blocks)}  |B| {result.book_words}  |G| {result.generated_words}")
     print(result.signature)
     if args.html:
-        page = diff_html(book, generation, result, title=f"{Path(args.book).name} vs {generated.name}", context_words=args.context_words)
+        page = diff_page(book, generation, result, title=f"{Path(args.book).name} vs {generated.name}", context_words=args.context_words)
         atomic_write_bytes(Path(args.html), page.encode("utf-8"))
         print(f"diff view written to {args.html}")
 

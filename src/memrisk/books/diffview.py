@@ -78,7 +78,7 @@ def _cell(name: str, words: Sequence[str], start: int, end: int, context_words: 
     return f'<span class="pos">{name}[{start}:{end}]</span>{text}'
 
 
-def diff_html(
+def diff_page(
     book_text: str, generated_text: str, result: NVRecall | None = None, *,
     title: str = "nv-recall", context_words: int | None = None,
 ) -> str:

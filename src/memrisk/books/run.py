@@ -20,7 +20,7 @@ from typing import Any
 
 from memrisk.books.config import BooksRunConfig, PerChapterConfig
 from memrisk.books.costs import Price, cost_report, price_for
-from memrisk.books.diffview import diff_html
+from memrisk.books.diffview import diff_page
 from memrisk.books.nvrecall import Block, NVRecall, nv_recall
 from memrisk.books.phase1 import Phase1Result, best_of_n
 from memrisk.books.phase2 import (
@@ -204,7 +204,7 @@ class BooksRun:
         generation = _generation(first, second)
         result = nv_recall(text, generation)
         self.store.write_text(book_file(name, GENERATION), generation)
-        self.store.write_text(book_file(name, DIFF), diff_html(text, generation, result, title=f"{name}: nv-recall", context_words=50))
+        self.store.write_text(book_file(name, DIFF), diff_page(text, generation, result, title=f"{name}: nv-recall", context_words=50))
         record: dict[str, Any] = {
             "name": name, "book_words": result.book_words, "seed": {"prefix": prefix, "target": target},
             "phase1": _phase1_summary(first), "phase2": _phase2_summary(second), "nv_recall": _nv_summary(result),

@@ -1,8 +1,9 @@
 """`memrisk demo`: real memorization with a known ground truth, measured end to end.
 
-A small model is trained here on a corpus where passages are planted 1, 4, 16 and 64 times;
-extraction is then measured on those passages and on held-out passages of the same source
-(the negative control). Extraction must rise with duplication and stay absent on held-out text.
+A small model is trained (`memrisk.demo.train`, or reused from its cache) on a corpus where passages
+are planted 1, 4, 16 and 64 times (`memrisk.demo.corpus`); extraction is then measured on those passages,
+on templated passages, on a generic sentence and on held-out passages of the same source (the negative
+control). Extraction must rise with duplication and stay absent on held-out text.
 """
 
 from __future__ import annotations

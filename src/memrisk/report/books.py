@@ -1,5 +1,5 @@
 """Report metrics of a books run (`books_summary.json`): pure functions, the summary dict in, rows and
-figure data out (Books Tables 1, 5–10 and Fig. 5)."""
+figure data out (Books paper Tables 1, 5–10 and Fig. 5)."""
 
 from __future__ import annotations
 

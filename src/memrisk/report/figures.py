@@ -1,4 +1,5 @@
-"""Report figures (CBS paper §F.1) drawn with matplotlib's Agg canvas; `render` gives PNG and SVG bytes.
+"""Report figures (CBS paper §F.1, the prior-aware scatter, Books paper Fig. 5) drawn with matplotlib's Agg canvas;
+`render` gives PNG and SVG bytes.
 
 Figures are built on `matplotlib.figure.Figure` (no pyplot state). Text that comes from
 configs or corpora is passed through `plain`, so a '$' never turns into mathtext.
@@ -264,7 +265,7 @@ def np_curves_figure(panels: Mapping[str, Mapping[str, Any]]) -> Figure:
     return fig
 
 
-def book_heatmap_figure(heatmaps: Sequence[BookHeatmap], tau: float, label: str) -> Figure:
+def position_heatmap_figure(heatmaps: Sequence[BookHeatmap], tau: float, label: str) -> Figure:
     """Per document, strips of the max verbatim and near-verbatim probability per character (white < τ)."""
     rows = [(h, name, values) for h in heatmaps for name, values in (("p_z", h.verbatim), (label, h.near_verbatim)) if values is not None]
     fig = new_figure(9.0, 0.9 + 0.55 * max(len(rows), 1))
@@ -310,7 +311,7 @@ def nv_recall_figure(bars: Sequence[RecallBar]) -> Figure:
     return fig
 
 
-def books_heatmap_figure(book_strips: Sequence[Strip]) -> Figure:
+def book_strips_figure(book_strips: Sequence[Strip]) -> Figure:
     """Per book a strip over its words with the extracted near-verbatim blocks coloured (Books Fig. 5)."""
     fig = new_figure(9.0, 0.6 + 0.6 * max(len(book_strips), 1))
     if not book_strips:

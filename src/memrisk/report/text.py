@@ -168,7 +168,7 @@ def pa_budget(c: int, trials: int) -> str:
     return f" (c = {c:,}, {trials} trials)"
 
 
-def books_table(summary: dict[str, Any]) -> str:
+def books_text_table(summary: dict[str, Any]) -> str:
     """Terminal table of a books run: per book Phase 1, Phase 2, nv-recall and cost."""
     model = summary["model"]
     lines = [f"book extraction from {model['provider']}:{model['name']}", ""]

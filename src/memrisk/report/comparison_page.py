@@ -1,0 +1,33 @@
+"""The report section comparing several runs with records: a summary row per run, rates against ε and the
+mass-gain CCDF per run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memrisk import rules
+from memrisk.report import figures, metrics
+from memrisk.report.markup import Html, Picture, figure_html, join, note, pct, picture, table, tag
+from memrisk.report.run_page import Run, extracted_mask
+
+
+def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
+    """A summary row per run, rates against ε per run (targets, controls) and mass-gain CCDF per run."""
+    tau = runs[0].tau
+    panels = {f"{role}s": {r.label: metrics.extraction_rates(r.role(role), tau) for r in runs} for role in metrics.ROLES}
+    pics = [picture("compare-rates", f"Extraction rate against ε per run (τ_min = {tau:g}).", figures.rates_figure(panels, tau))]
+    curves = {r.label: metrics.ccdf_curve(rules.mass_gain(r.role("target").lower)) for r in runs if r.near_verbatim}
+    if curves:
+        pics.append(picture("compare-ccdf", "CCDF of the near-verbatim mass gain per run (share of all target sequences).",
+                            figures.ccdf_figure(curves, "LB_E")))
+    rows = []
+    for r in runs:
+        rates, control = metrics.extraction_rates(r.role("target"), tau), r.role("control")
+        rows.append((r.label, rates["count"], pct((rates.get("greedy") or [None])[0]), pct(rates.get("probabilistic")),
+                     pct((rates.get("cbs") or [None])[-1]), f"{int(extracted_mask(control, tau).sum())}/{control.count}"))
+    parts: list[object] = [tag("h2", "Comparison of runs")]
+    if len({r.tau for r in runs}) > 1:
+        parts.append(note(f"The runs use different τ_min; this section applies the first run's τ_min = {tau:g} to all."))
+    parts += [table(["run", "target sequences", "greedy verbatim", "p_z ≥ τ", "CBS LB_E ≥ τ", "control hits"], rows),
+              *map(figure_html, pics)]
+    return join(parts), pics

@@ -1,0 +1,148 @@
+"""Markup helpers of the HTML report: `tag` escapes every child that is not itself markup, so text from corpora,
+model outputs, configs and file names is always shown literally; also number formats, the inline diff, the page and figures."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import html
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from memrisk import layout, rules
+from memrisk.report import figures
+
+LIST_LIMIT = 50
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}
+th{background:#f3f3f3;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+figure{display:inline-block;margin:.5em;vertical-align:top}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.85em;color:#555;max-width:640px}.note{color:#555;font-size:.9em}
+.text{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:.85em}.prefix{color:#888}
+.match{background:#e6f4ea}.missing{background:#fbe3e4;text-decoration:line-through;color:#a40000}
+.added{background:#fff3c4;color:#7a4d00}.label{font-weight:600;font-size:.8em;color:#555}
+"""
+
+
+class Html(str):
+    """A fragment of markup built here (anything else is escaped before it is inserted)."""
+
+
+def escape(value: object) -> Html:
+    """Markup as is; any other value as escaped text."""
+    return value if isinstance(value, Html) else Html(html.escape(str(value), quote=True))
+
+
+def tag(name: str, *children: object, **attrs: object) -> Html:
+    """An element with escaped attributes and children (`class_` for `class`)."""
+    attributes = "".join(f' {key.rstrip("_")}="{html.escape(str(v), quote=True)}"' for key, v in attrs.items())
+    return Html(f"<{name}{attributes}>{''.join(escape(c) for c in children)}</{name}>")
+
+
+def join(parts: Iterable[object]) -> Html:
+    """Concatenate fragments (text parts escaped)."""
+    return Html("".join(escape(p) for p in parts))
+
+
+def table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> Html:
+    """A table; numbers are right-aligned."""
+    def cell(value: object) -> Html:
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return tag("td", value, class_="num") if numeric else tag("td", value)
+
+    head = tag("tr", *(tag("th", h) for h in header))
+    return tag("table", head, *(tag("tr", *(cell(v) for v in row)) for row in rows))
+
+
+def note(text: str) -> Html:
+    """A muted paragraph."""
+    return tag("p", text, class_="note")
+
+
+def pct(value: float | None) -> str:
+    """A rate as a percentage, '—' when undefined."""
+    return "—" if value is None else f"{100.0 * value:.2f}%"
+
+
+def mass_text(value: float | None) -> str:
+    """A probability mass with three significant digits, '—' when undefined."""
+    return "—" if value is None else f"{value:.3g}"
+
+
+def log10_text(value: float | None) -> str:
+    """A log10 value with two decimals ('−∞' / '+∞' at the ends, '—' when undefined)."""
+    if value is None:
+        return "—"
+    return f"{value:.2f}" if math.isfinite(value) else ("+∞" if value > 0 else "−∞")
+
+
+def count_rate(count: int, total: int) -> str:
+    """'k/n (x%)'."""
+    return f"{count}/{total} ({pct(rules.fraction(count, total))})"
+
+
+def capped(items: Sequence[str]) -> str:
+    """A comma-separated list, shortened to LIST_LIMIT items."""
+    more = f" … and {len(items) - LIST_LIMIT} more" if len(items) > LIST_LIMIT else ""
+    return (", ".join(items[:LIST_LIMIT]) or "none") + more
+
+
+def money(value: float) -> str:
+    """US dollars with four decimals."""
+    return f"${value:,.4f}"
+
+
+def relative_link(target: Path, base: Path) -> str:
+    """`target` as a link relative to the folder `base` (forward slashes)."""
+    return Path(os.path.relpath(target, base)).as_posix()
+
+
+def inline_diff_html(target: str, candidate: str) -> Html:
+    """Character diff of a candidate against its target: matched, missing and added spans."""
+    parts = []
+    for op, a0, a1, b0, b1 in difflib.SequenceMatcher(None, target, candidate, autojunk=False).get_opcodes():
+        if op == "equal":
+            parts.append(tag("span", target[a0:a1], class_="match"))
+            continue
+        if a1 > a0:
+            parts.append(tag("span", target[a0:a1], class_="missing", title="in the target, not generated"))
+        if b1 > b0:
+            parts.append(tag("span", candidate[b0:b1], class_="added", title="generated, not in the target"))
+    return tag("div", *parts, class_="text")
+
+
+def page(title: str, body: Html) -> str:
+    """The whole HTML document: no scripts, no external resources, a CSP that forbids both."""
+    head = join([Html('<meta charset="utf-8">'), Html(f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'),
+                 Html('<link rel="icon" href="data:,">'), tag("title", title), tag("style", Html(STYLE))])
+    return "<!DOCTYPE html>\n" + tag("html", tag("head", head), tag("body", tag("h1", title), body), lang="en") + "\n"
+
+
+@dataclass(frozen=True)
+class Picture:
+    """A rendered figure: file stem, caption and bytes."""
+
+    name: str
+    caption: str
+    png: bytes
+    svg: bytes
+
+
+def picture(name: str, caption: str, fig: Figure) -> Picture:
+    """Render a matplotlib figure into a Picture."""
+    png, svg = figures.render(fig)
+    return Picture(name, caption, png, svg)
+
+
+def figure_html(pic: Picture) -> Html:
+    """The figure inline as base64 PNG, with its caption and a link to the SVG file."""
+    src = "data:image/png;base64," + base64.b64encode(pic.png).decode("ascii")
+    img = Html(f'<img src="{src}" alt="{html.escape(pic.caption, quote=True)}">')
+    return tag("figure", img, tag("figcaption", pic.caption, " ", tag("a", "SVG", href=layout.figure_file(pic.name, "svg"))))

@@ -1,0 +1,421 @@
+"""The report section of one run with records: loading the run folder, then its configuration, rates, certificate,
+near-verbatim tables, figures, top sequences and prior-aware memorization."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from memrisk import layout, rules
+from memrisk.config import ExperimentConfig, parse_config
+from memrisk.report import figures, metrics
+from memrisk.report.markup import (
+    LIST_LIMIT, Html, Picture, capped, count_rate, figure_html, inline_diff_html, join, log10_text, mass_text, note, pct,
+    picture, table, tag,
+)
+from memrisk.report.text import pa_budget, token_eval_rows
+from memrisk.store import RecordStore
+
+TOP_ROWS = 10
+HEATMAP_DOCUMENTS = 6
+PREFIX_TAIL = 120
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder, loaded for reporting."""
+
+    store: RecordStore
+    label: str
+    config: ExperimentConfig
+    versions: dict[str, Any]
+    windows: dict[str, Any]
+    prior: dict[str, Any]
+    table: pa.Table
+    arrays: metrics.RunArrays
+
+    @property
+    def tau(self) -> float:
+        """τ_min of the run."""
+        return self.config.tau_min
+
+    @property
+    def near_label(self) -> str:
+        """Name of the near-verbatim lower bound, e.g. 'LB_5 (levenshtein)'."""
+        return f"LB_{self.config.cbs.epsilon} ({rules.cbs_distance(self.config.cbs.prune_mode)})"
+
+    @property
+    def near_verbatim(self) -> bool:
+        """Whether the run has both p_z and CBS bounds."""
+        return self.arrays.log_p is not None and self.arrays.lower is not None
+
+    @property
+    def prior_aware(self) -> bool:
+        """Whether the run has prior-aware (PA) columns."""
+        return self.arrays.pa_log_p is not None
+
+    def role(self, role: str) -> metrics.RunArrays:
+        """The sequences of one role."""
+        return self.arrays.subset(self.arrays.role == role)
+
+    def row(self, index: int) -> dict[str, Any]:
+        """One record as a dict."""
+        return self.table.slice(int(index), 1).to_pylist()[0]
+
+
+def _optional_json(store: RecordStore, name: str) -> dict[str, Any]:
+    """A JSON file of the run folder, or {} when the run has none."""
+    return store.read_json(name) if (store.root / name).is_file() else {}
+
+
+def load_run(folder: Path) -> Run:
+    """Read a run folder's config, provenance and records (labelled by its model name)."""
+    store = RecordStore.existing(folder)
+    config = parse_config(store.read_yaml(layout.CONFIG))
+    records = store.read_records()
+    return Run(store, config.model.name, config, _optional_json(store, layout.VERSIONS), _optional_json(store, layout.WINDOWS),
+               _optional_json(store, layout.PRIOR_AWARE), records, metrics.run_arrays(records, config))
+
+
+def signature(run: Run) -> Html:
+    """The configuration that produced the records, and the software that ran it."""
+    c, model, policy = run.config, run.versions.get("model", {}), run.config.cbs_policy()
+    window = f"{c.windows.mode} mode, a = {c.windows.prefix_length}, T = {c.windows.suffix_length}"
+    software = " / ".join(str(run.versions.get(k, "—")) for k in ("memrisk", "torch", "transformers"))
+    rows = [
+        ("model", c.model.name),
+        ("revision", c.model.revision or model.get("revision") or "—"),
+        ("commit", model.get("commit_hash") or "—"),
+        ("architecture / dtype", f"{model.get('architecture', '—')} / {model.get('dtype', c.model.dtype)}"),
+        ("policies", ", ".join(f"{p.label} (β={p.temperature:g}, top_k={p.top_k}, top_p={p.top_p})" for p in c.policies)),
+        ("p_z and CBS policy", policy.label),
+        ("methods", ", ".join(c.methods)),
+        ("windows", window + (f", stride {c.windows.stride} characters" if c.windows.mode == "book" else "")),
+        ("CBS", f"B = {c.cbs.beam_width}, k = {policy.top_k or '—'}, ε = {c.cbs.epsilon}, prune = {c.cbs.prune}, "
+                f"τ_min stop = {c.cbs.tau_min_stop}"),
+        ("τ_min", f"{c.tau_min:g}"),
+        ("records", run.arrays.count),
+        ("memrisk / torch / transformers", software),
+        ("folder", str(run.store.root)),
+    ]
+    return table(["setting", "value"], rows)
+
+
+def data_table(run: Run) -> Html:
+    """Documents and windows per dataset, with what windowing skipped."""
+    keys = ("role", "documents", "windows", "skipped_short_documents", "duplicate_windows_removed")
+    header = ["dataset", "role", "documents", "windows", "short documents skipped", "duplicate windows removed"]
+    return table(header, [(name, *(info.get(k, "—") for k in keys)) for name, info in run.windows.items()])
+
+
+def rates_table(run: Run) -> Html:
+    """Per dataset and per role: greedy, probabilistic per policy and CBS rates, with the near-verbatim-only counts."""
+    a, top = run.arrays, run.config.cbs.epsilon
+    header = ["dataset", "role", "windows"]
+    if a.greedy_exact is not None:
+        header += ["greedy verbatim", f"greedy dist ≤ {top}"]
+    header += [f"p_z ≥ τ ({label})" for label in a.policy_log_p or {}]
+    if a.lower is not None:
+        header += ["CBS LB_0 ≥ τ", f"CBS {run.near_label} ≥ τ"]
+    if run.near_verbatim:
+        header += ["near-verbatim only, p_z = 0", "near-verbatim only, 0 < p_z < τ"]
+    groups = [(d.name, d.role, a.dataset == d.name) for d in run.config.datasets]
+    groups += [(f"all {role}s", role, a.role == role) for role in metrics.ROLES]
+    rows = []
+    for name, role, mask in groups:
+        part, n = a.subset(mask), int(mask.sum())
+        row: list[object] = [name, role, n]
+        if a.greedy_exact is not None:
+            row += [count_rate(int(part.greedy_exact.sum()), n), count_rate(int((part.greedy_distance <= top).sum()), n)]
+        row += [count_rate(s["extractable"], n) for s in metrics.policy_table(part, run.tau).values()]
+        if a.lower is not None:
+            row += [count_rate(int(rules.cbs_extracted(part.lower[:, e], run.tau).sum()), n) for e in (0, -1)]
+        if run.near_verbatim:
+            counts = rules.counts(part.log_p, part.lower[:, -1], run.tau)
+            row += [counts["near_verbatim_p_z_zero"], counts["near_verbatim_p_z_positive"]]
+        rows.append(row)
+    return table(header, rows)
+
+
+def cost_table(costs: dict[str, dict[str, Any]]) -> Html:
+    """Token evaluations per method over the run: total, windows, per window (CBS App. C.3, Tables 1–2)."""
+    return join([
+        tag("h3", "Token evaluations per method"),
+        note("The model's work as CBS App. C.3 counts it: teacher forcing a + T for every policy at once, greedy "
+             "a + T − 1, CBS a + Σ_t |L_t|, prior-aware a + T plus c·trials·T."),
+        table(["method", "token evaluations", "windows", "per window"], token_eval_rows(costs)),
+    ])
+
+
+def certificate_table(run: Run) -> Html:
+    """Per dataset and ε: mean LB_ε, mean UB_ε, mean UB_ε − LB_ε and the share certified to within 1e-3 (CBS §E)."""
+    a, rows = run.arrays, []
+    for d in run.config.datasets:
+        part = a.subset(a.dataset == d.name)
+        cert = rules.certificate(part.lower, part.upper)
+        rows += [(d.name, d.role, e, *(mass_text(cert[k][e]) for k in ("mean_lower", "mean_upper", "mean_gap")),
+                  pct(cert["certified_share"][e])) for e in a.epsilons]
+    header = ["dataset", "role", "ε", "mean LB_ε", "mean UB_ε", "mean UB_ε − LB_ε", f"UB_ε − LB_ε ≤ {rules.CERTIFIED_GAP:g}"]
+    return join([
+        tag("h3", f"Certificate: LB_ε ≤ p_z,ε ≤ UB_ε ({rules.cbs_distance(run.config.cbs.prune_mode)})"),
+        note("CBS bounds the near-verbatim mass from both sides; where UB − LB is small the lower bound is the mass itself."),
+        table(header, rows),
+    ])
+
+
+def near_verbatim_tables(run: Run) -> Html:
+    """Target sequences: verdicts per ε, mass-gain CCDF points, shell-share medians, verbatim recovery."""
+    t, tau, label = run.role("target"), run.tau, run.near_label
+    gain = metrics.gain_table(t.lower, tau)
+    shares = rules.shell_shares(t.lower, tau)
+    rec = rules.recovery(t.example_id, t.log_p, t.lower[:, 0], tau)
+    per_eps = metrics.verdicts_by_epsilon(t.log_p, t.lower, tau)
+    ratio = "—" if rec["ratio"] is None else f"{rec['ratio']:.3f}"
+    return join([
+        tag("h3", "Target sequences per ε: verbatim, near-verbatim only (unlocked), not extracted"),
+        table(["ε", "verbatim (p_z ≥ τ; blue)", "near-verbatim only (p_z < τ ≤ LB_ε)", "of which p_z = 0 (red)",
+               "of which 0 < p_z < τ (orange)", "not extracted", "sequences"],
+              [(e, u["verbatim"], u["near_verbatim"], u["near_verbatim_p_z_zero"], u["near_verbatim_p_z_positive"],
+                u["not_extracted"], u["total"]) for e, u in enumerate(per_eps)]),
+        tag("h3", f"Mass gain Δ = {label} − LB_0"),
+        note(f"Any positive gain: {pct(gain['any_gain'])} of {gain['population_count']} sequences. "
+             f"Extracted set: {label} ≥ τ_min ({gain['extracted_count']} sequences)."),
+        table(["Δ ≥", "% of all sequences", "% of the extracted set"],
+              [(x, pct(gain["population"][x]), pct(gain["extracted"][x])) for x in gain["population"]]),
+        tag("h3", "ε-shell shares of the extracted set"),
+        table(["ε-shell", *range(t.lower.shape[1])], [["median share (0: verbatim share LB_0 / LB_E)", *map(pct, metrics.medians(shares))]]),
+        tag("h3", "Recovery of verbatim extraction by CBS"),
+        table(["teacher-forced p_z ≥ τ", "CBS LB_0 ≥ τ", "recovery ratio", "missed by CBS", "found only by CBS"],
+              [(rec["teacher_forced"], rec["cbs_verbatim"], ratio, capped(rec["missed"]), capped(rec["extra"]))]),
+    ])
+
+
+def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
+    """Scatter, mass-gain CCDF and ε-shell figures of the target sequences."""
+    t, tau, label = run.role("target"), run.tau, run.near_label
+    shares = rules.shell_shares(t.lower, tau)
+    gain = metrics.ccdf_curve(rules.mass_gain(t.lower))
+    return [
+        picture(f"{prefix}scatter", f"{label} against p_z for target sequences extracted either way (log–log; y = x dashed, "
+                "τ_min dotted; zero drawn on the grey floor line).", figures.scatter_figure(t.log_p, t.lower[:, -1], tau, label)),
+        picture(f"{prefix}ccdf", f"CCDF of the mass gain {label} − LB_0 over all {t.count} target sequences.",
+                figures.ccdf_figure({run.label: gain}, label)),
+        picture(f"{prefix}shell-heatmap", "Per extracted target sequence, the share of its lower bound in each ε-shell, "
+                "sorted by verbatim share.", figures.shell_heatmap_figure(shares)),
+        picture(f"{prefix}shell-violins", "Distribution of the ε-shell shares over the extracted target sequences; "
+                "dots and labels are medians.", figures.shell_violin_figure(shares, metrics.medians(shares))),
+    ]
+
+
+def run_pictures(run: Run, prefix: str) -> list[Picture]:
+    """Every figure of one run."""
+    a, c, tau = run.arrays, run.config, run.tau
+    roles = {role: run.role(role) for role in metrics.ROLES if (a.role == role).any()}
+    pics = near_verbatim_pictures(run, prefix) if run.near_verbatim else []
+    panels = {"by role": {role: metrics.extraction_rates(part, tau) for role, part in roles.items()}}
+    if 2 < len(c.datasets) <= len(figures.SERIES):
+        panels["by dataset"] = {d.name: metrics.extraction_rates(a.subset(a.dataset == d.name), tau) for d in c.datasets}
+    pics.append(picture(f"{prefix}rates", "Extraction rate against ε: greedy (dist ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim "
+                        "p_z ≥ τ_min (dashed).", figures.rates_figure(panels, tau)))
+    if a.log_p is not None:
+        curves = {role: metrics.np_curves(part.log_p, part.greedy_exact) for role, part in roles.items()}
+        pics.append(picture(f"{prefix}np-curves", f"(n,p)-extraction rates from p_z ({c.cbs_policy().label}); greedy "
+                            "verbatim rate dashed.", figures.np_curves_figure(curves)))
+    if c.windows.mode == "book":
+        maps = metrics.book_heatmaps(a)
+        shown = maps[:HEATMAP_DOCUMENTS]
+        pics.append(picture(f"{prefix}book-heatmap", "Max extraction probability per character over the suffixes covering "
+                            f"it (log scale, white below τ_min = {tau:g}); {len(shown)} of {len(maps)} documents, most "
+                            "windows first.", figures.position_heatmap_figure(shown, tau, run.near_label)))
+    return pics
+
+
+def best_candidate(run: Run, row: dict[str, Any]) -> dict[str, Any] | None:
+    """The most probable stored CBS candidate within ε (else the most probable one)."""
+    top, distance = row.get("cbs_top") or [], rules.cbs_distance(run.config.cbs.prune_mode)
+    return next((cand for cand in top if cand[distance] <= run.config.cbs.epsilon), top[0] if top else None)
+
+
+def sequence_cell(run: Run, row: dict[str, Any]) -> Html:
+    """Prefix tail, then the greedy continuation and the best CBS candidate diffed against the target."""
+    target = row["suffix_text"]
+    parts: list[object] = [tag("div", "…" + row["prefix_text"][-PREFIX_TAIL:], class_="text prefix")]
+    if "greedy_text" in row:
+        parts += [tag("span", f"greedy (Lev {row['greedy_levenshtein']}):", class_="label"), inline_diff_html(target, row["greedy_text"])]
+    cand = best_candidate(run, row)
+    if cand is not None:
+        about = f"p = {math.exp(cand['log_p']):.3g}, Lev {cand['levenshtein']}, Ham {cand['hamming']}"
+        parts += [tag("span", f"best CBS candidate ({about}):", class_="label"), inline_diff_html(target, cand["text"])]
+    if len(parts) == 1:
+        parts += [tag("span", "target suffix:", class_="label"), tag("div", target, class_="text")]
+    return join(parts)
+
+
+def scores_cell(run: Run, index: int) -> Html:
+    """log10 p_z, the near-verbatim lower bound, the verdict and greedy exactness of one sequence."""
+    a, lines = run.arrays, []
+    if a.log_p is not None:
+        lines.append(f"log10 p_z {a.log_p[index] / math.log(10.0):.2f}" if np.isfinite(a.log_p[index]) else "p_z = 0")
+    if a.lower is not None:
+        lines.append(f"{run.near_label} {a.lower[index, -1]:.3g}")
+    if run.near_verbatim:
+        lines.append(f"verdict: {rules.LABELS[rules.verdicts(a.log_p[[index]], a.lower[[index], -1], run.tau)[0]]}")
+    if a.greedy_exact is not None:
+        lines.append(f"greedy exact: {bool(a.greedy_exact[index])}")
+    return join(tag("div", line) for line in lines)
+
+
+def sequence_table(run: Run, indices: Iterable[int]) -> Html:
+    """Sequences with their scores and text diffs."""
+    rows = [(run.arrays.example_id[i], run.arrays.dataset[i], scores_cell(run, i), sequence_cell(run, run.row(i))) for i in indices]
+    return table(["example", "dataset", "scores", "text (missing from / added to the target)"], rows)
+
+
+def extracted_mask(a: metrics.RunArrays, tau: float) -> np.ndarray:
+    """Sequences extracted by any method: p_z ≥ τ, LB_E ≥ τ or greedy exact."""
+    mask = np.zeros(a.count, dtype=bool)
+    if a.log_p is not None:
+        mask |= rules.verbatim(a.log_p, tau)
+    if a.lower is not None:
+        mask |= rules.cbs_extracted(a.lower[:, -1], tau)
+    if a.greedy_exact is not None:
+        mask |= a.greedy_exact
+    return mask
+
+
+def strength(a: metrics.RunArrays) -> np.ndarray:
+    """Sort key: the larger of p_z and LB_E (runs with neither: 1 for greedy exact)."""
+    values = [metrics.probabilities(a.log_p)] if a.log_p is not None else []
+    values += [a.lower[:, -1]] if a.lower is not None else []
+    if not values and a.greedy_exact is not None:
+        values = [a.greedy_exact.astype(np.float64)]
+    return np.max(values, axis=0) if values else np.zeros(a.count)
+
+
+def sequences_section(run: Run) -> Html:
+    """Top extracted and top unlocked target sequences, and every negative-control hit."""
+    a, tau = run.arrays, run.tau
+    order = np.argsort(-strength(a), kind="stable")
+    extracted = extracted_mask(a, tau)
+    is_target, is_control = a.role == "target", a.role == "control"
+    top = [i for i in order if extracted[i] and is_target[i]][:TOP_ROWS]
+    parts = [tag("h3", "Top extracted target sequences"),
+             sequence_table(run, top) if top else note("No target sequence was extracted by any method.")]
+    if run.near_verbatim:
+        kind = rules.verdicts(a.log_p, a.lower[:, -1], tau)
+        by_bound = np.argsort(-a.lower[:, -1], kind="stable")
+        unlocked = [i for i in by_bound if kind[i] == rules.NEAR_VERBATIM and is_target[i]][:TOP_ROWS]
+        parts += [tag("h3", f"Top unlocked target sequences (p_z < τ_min ≤ {run.near_label})"),
+                  sequence_table(run, unlocked) if unlocked else note("No target sequence was unlocked.")]
+    hits = [i for i in order if extracted[i] and is_control[i]]
+    parts.append(tag("h3", "Negative-control hits (role = control)"))
+    if not is_control.any():
+        parts.append(note("This run has no negative-control dataset."))
+    elif not hits:
+        parts.append(note(f"None of the {int(is_control.sum())} control sequences was extracted by any method."))
+    else:
+        shown = f" (showing {LIST_LIMIT})" if len(hits) > LIST_LIMIT else ""
+        parts += [note(f"{len(hits)} of {int(is_control.sum())} control sequences were extracted{shown}:"),
+                  sequence_table(run, hits[:LIST_LIMIT])]
+    return join(parts)
+
+
+def prior_aware_settings(run: Run) -> Html:
+    """m, n (calibrated or given, with the calibration ratios), the prefix bank, c and trials, from prior_aware.json."""
+    info = run.prior
+    if not info:
+        return note(f"{layout.PRIOR_AWARE} is missing from the run folder: m, n and the prefix bank are unknown.")
+    calibrated = info["n_source"] == "calibrated"
+    source = "calibrated: the mean ratio of the generic sequences below" if calibrated else "given in the config"
+    line = (f"m = {info['m']:g}, n = {info['n']:.4g} ({source}); prefix bank {info['bank']} from "
+            f"{', '.join(info['bank_datasets'])}; c = {info['prefixes_per_trial']:,} prefixes per trial, {info['trials']} trials.")
+    if not calibrated:
+        return tag("p", line)
+    cal = info["calibration"]
+    rows = [(text, log10_text(r / math.log(10.0))) for text, r in zip(cal["sequences"], cal["log_ratios"])]
+    rows.append(("n (the mean ratio)", log10_text(cal["log_n"] / math.log(10.0))))
+    return join([tag("p", line), table(["calibration sequence", "log10 P(s|p) / v̂_s"], rows)])
+
+
+def run_budget(run: Run) -> str:
+    """' (c = 5,000, 5 trials)' of the run's prior-aware settings, shown beside every PA number (PA §4)."""
+    return pa_budget(run.config.prior_aware.prefixes_per_trial, run.config.prior_aware.trials)
+
+
+def prior_aware_tables(run: Run) -> Html:
+    """Per dataset: extractable and PA-memorized counts, PA share, median ratio and spread; then the filtered rates."""
+    stats = metrics.prior_aware_by_dataset(run.table, run.config)
+    roles = {d.name: d.role for d in run.config.datasets}
+    header = ["dataset", "role", "examples", "extractable (P(s|p) > m)", "PA-memorized", "PA share (memorized / extractable)",
+              "median log10 P(s|p) / v̂_s", "median trial spread (decades)"]
+    budget = run_budget(run)
+    rows = [(name, roles[name], s["examples"], count_rate(s["extractable"], s["examples"]),
+             count_rate(s["pa_memorized"], s["examples"]) + budget, pct(s["pa_share"]) + budget,
+             log10_text(s["median_log10_ratio"]) + budget, log10_text(s["median_log10_ratio_spread"]) + budget)
+            for name, s in stats.items()]
+    filtered = [(name, method, count_rate(f["extracted"], s["examples"]), count_rate(f["extracted_and_pa_memorized"], s["examples"]) + budget)
+                for name, s in stats.items() for method, f in s["filtered"].items()]
+    return join([
+        table(header, rows),
+        tag("h4", "Other methods filtered by PA"),
+        table(["dataset", "method", "extracted", "extracted and PA-memorized"], filtered) if filtered
+        else note("The run has no other extraction method to filter."),
+    ])
+
+
+def extremes_table(entries: Sequence[dict[str, Any]], budget: str) -> Html:
+    """Sequences with their log10 P(s|p), prior and ratio, PA verdict and suffix text; `budget` names c and the trials."""
+    rows = [(e["example_id"], e["dataset"], e["role"], log10_text(e["log10_p"]), log10_text(e["log10_prior"]),
+             log10_text(e["log10_ratio"]), "yes" if e["pa_memorized"] else "no", tag("div", e["suffix_text"], class_="text"))
+            for e in entries]
+    header = ["example", "dataset", "role", "log10 P(s|p)", f"log10 v̂_s{budget}", f"log10 ratio{budget}", f"PA-memorized{budget}", "suffix"]
+    return table(header, rows)
+
+
+def prior_aware_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
+    """Settings, per-dataset PA counts and filtered rates, the prior scatter, and the lowest and highest ratios."""
+    a, budget = run.arrays, run_budget(run)
+    parts: list[object] = [tag("h3", "Prior-aware memorization"), prior_aware_settings(run), prior_aware_tables(run)]
+    pics: list[Picture] = []
+    if run.prior:
+        dropped = a.count - int(metrics.finite_points(a.pa_log_prior, a.pa_log_p).sum())
+        caption = (f"P(s|p) against the prior v̂_s{budget} (log–log), targets and controls; PA-memorized sequences are stars. "
+                   f"Dotted: P(s|p) = m; dashed: the PA boundary P(s|p) = n·v̂_s. {dropped} of {a.count} sequences with "
+                   "v̂_s = 0 or P(s|p) = 0 are not drawn.")
+        pics.append(picture(f"{prefix}prior-aware", caption, figures.prior_aware_figure(
+            a.pa_log_prior, a.pa_log_p, a.role, a.pa_memorized, run.prior["m"], run.prior["n"])))
+        parts += map(figure_html, pics)
+    ends = metrics.prior_aware_ends(run.table, TOP_ROWS)
+    parts += [tag("h4", f"{TOP_ROWS} lowest ratios P(s|p) / v̂_s"), extremes_table(ends["lowest"], budget),
+              tag("h4", f"{TOP_ROWS} highest ratios P(s|p) / v̂_s"), extremes_table(ends["highest"], budget)]
+    return join(parts), pics
+
+
+def run_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
+    """The report section of one run and its figures."""
+    parts = [tag("h2", f"Run: {run.label}"), tag("h3", "Configuration"), signature(run)]
+    if run.windows:
+        parts += [tag("h3", "Data"), data_table(run)]
+    if not run.arrays.count:
+        return join([*parts, note("This run has no records yet.")]), []
+    parts += [tag("h3", f"Extraction rates (τ_min = {run.tau:g})"), rates_table(run)]
+    if run.arrays.lower is not None:
+        parts.append(certificate_table(run))
+    costs = metrics.token_evals(run.table)
+    if costs:
+        parts.append(cost_table(costs))
+    if run.near_verbatim:
+        parts.append(near_verbatim_tables(run))
+    pics = run_pictures(run, prefix)
+    parts += [tag("h3", "Figures"), *map(figure_html, pics), sequences_section(run)]
+    if run.prior_aware:
+        section, prior_pics = prior_aware_section(run, prefix)
+        parts.append(section)
+        pics += prior_pics
+    return join(parts), pics
