@@ -143,3 +143,7 @@ def test_scores_and_summaries_carry_the_signature_of_their_settings(tmp_path, mo
     assert summary_table(summary).endswith("\n".join(["Signatures:", *(f"  {s}" for s in summary["signatures"].values())]))
     [sampled] = memrisk.monte_carlo(lm, [row["prefix_ids"]], [row["suffix_ids"]], samples=4)
     assert sampled.signature == f"monte_carlo|policy:topk40|samples:4|replicates:1|distance:levenshtein|eps:5|seed:0|memrisk:{memrisk.__version__}"
+    from memrisk.report.html import write_report
+
+    page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
+    assert all(f"<code>{signed}</code>" in page for signed in summary["signatures"].values())

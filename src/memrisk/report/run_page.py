@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from memrisk import layout, rules
 from memrisk.config import ExperimentConfig, parse_config
+from memrisk.methods import configured
 from memrisk.report import figures, metrics
 from memrisk.report.markup import (
     LIST_LIMIT, Html, Picture, capped, count_rate, figure_html, inline_diff_html, join, log10_text, mass_text, note, pct,
@@ -103,6 +104,7 @@ def signature(run: Run) -> Html:
         ("records", run.arrays.count),
         ("memrisk / torch / transformers", software),
         ("folder", str(run.store.root)),
+        *((f"signature: {method.name}", tag("code", method.signature(c))) for method in configured(c)),
     ]
     return table(["setting", "value"], rows)
 
