@@ -1,4 +1,9 @@
-"""Shared fixtures: tiny seeded random models and a word-level tokenizer, built in memory."""
+"""Shared fixtures: tiny seeded random models and a word-level tokenizer, built in memory.
+
+The tests are kept by layer: tests/unit (one module each, tiny inputs), tests/integration (commands and
+run folders end to end on tiny models), tests/real (trained and pretrained models, marked `real_model`:
+`pytest -m "not real_model"` leaves them out).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,14 @@ import memrisk
 
 
 TINY_HIDDEN = 16
+REAL = Path(__file__).parent / "real"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/real is marked `real_model`."""
+    for item in items:
+        if REAL in Path(item.path).parents:
+            item.add_marker(pytest.mark.real_model)
 
 
 def tiny_gpt2(vocab_size: int = 8, seed: int = 0, n_positions: int = 64) -> GPT2LMHeadModel:

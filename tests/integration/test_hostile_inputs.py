@@ -24,7 +24,7 @@ import memrisk
 from memrisk import cli
 from memrisk.config import load_config
 from memrisk.runner import run_experiment
-from tests.test_run import write_config
+from tests.integration.test_run import write_config
 
 Builder = Callable[[Path, memrisk.LanguageModel], None]
 RUN = ("run", "{config}", "--out", "{out}")

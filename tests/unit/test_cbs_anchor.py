@@ -14,7 +14,7 @@ from memrisk import DecodingPolicy
 from memrisk.extraction.cbs import cbs
 from tests.conftest import tiny_gpt2
 from tests.numerics import reorder_tolerance
-from tests.test_cbs import VARIANTS, VOCAB, exact_masses
+from tests.unit.test_cbs import VARIANTS, VOCAB, exact_masses
 
 # CBS scores a path step by step from a KV cache, teacher forcing in one pass: the same float32
 # sums in another order, so probabilities agree to the reordering bound of tests/numerics.py

@@ -36,7 +36,7 @@ from tests.conftest import WORDS
 SCRIPT = "<script>alert(1)</script>"
 IMG = "<img src=x onerror=\"document.title='pwned'\">"
 MODEL = "tiny <b>model</b>"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def config(methods: list[str], model: str = MODEL) -> dict[str, Any]:

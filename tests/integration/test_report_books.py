@@ -22,8 +22,8 @@ from memrisk.report import books
 from memrisk.report.html import write_report
 from memrisk.report.markup import money, pct
 from memrisk.summary import rebuild_summary
-from tests import test_report_html as shared
-from tests.test_report_html import BROWSER_MISSING, SCRIPT, QuietHandler, full_page_png, make_run, records, visible_text
+from tests.integration import test_report_html as shared
+from tests.integration.test_report_html import BROWSER_MISSING, SCRIPT, QuietHandler, full_page_png, make_run, records, visible_text
 
 browser = shared.browser  # the headless-Chromium fixture
 

@@ -14,7 +14,7 @@ from memrisk.distance import levenshtein, sentence_bleu
 from memrisk.extraction.cbs import Candidate, CBSResult, Stop, text_masses
 from memrisk.methods.cbs import text_metric_stats
 from memrisk.runner import run_experiment
-from tests.test_run import records, write_config
+from tests.integration.test_run import records, write_config
 
 REFERENCE = [f"w{i}" for i in range(30)]
 INSERTED = REFERENCE[:15] + ["x1", "x2", "x3", "x4", "x5", "x6"] + REFERENCE[15:]  # 6 edits, long n-gram runs intact

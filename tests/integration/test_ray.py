@@ -24,7 +24,7 @@ from memrisk.runner import run_experiment
 from tests import numerics
 from tests.conftest import TINY_HIDDEN, word_tokenizer
 from tests.numerics import reorder_tolerance
-from tests.test_run import interrupted_run, records, write_config
+from tests.integration.test_run import interrupted_run, records, write_config
 
 pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).parent / "ray")

@@ -18,7 +18,7 @@ from memrisk.config import CBSConfig, ExperimentConfig, PolicyConfig, PriorAware
 from memrisk.methods.base import MethodDefaults
 from memrisk.runner import run_experiment
 from memrisk.summary import rebuild_summary
-from tests.test_run import records, write_config
+from tests.integration.test_run import records, write_config
 
 SOURCE = Path(memrisk.__file__).parent
 

@@ -10,7 +10,7 @@ import torch
 
 import memrisk
 from memrisk import DecodingPolicy, MemriskError
-from tests.test_decoding import reference_log_probs
+from tests.unit.test_decoding import reference_log_probs
 
 POLICIES = [DecodingPolicy(), DecodingPolicy(top_k=3), DecodingPolicy(temperature=0.6, top_k=5), DecodingPolicy(top_p=0.7)]
 

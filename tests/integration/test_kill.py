@@ -41,11 +41,11 @@ from memrisk.books.costs import Price, cost
 from memrisk.books.providers import Usage
 from memrisk.books.session import messages_digest
 from tests.conftest import WORDS
-from tests.test_ray import assert_close, assert_same_records, ray_cluster  # noqa: F401  (the fixture is used by name)
-from tests.test_run import records, write_config
+from tests.integration.test_ray import assert_close, assert_same_records, ray_cluster  # noqa: F401  (the fixture is used by name)
+from tests.integration.test_run import records, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
-KILLPOINT = Path(__file__).with_name("killpoint.py")
+ROOT = Path(__file__).resolve().parents[2]
+KILLPOINT = Path(__file__).resolve().parents[1] / "killpoint.py"
 SEED = int(os.environ.get("MEMRISK_KILL_SEED") or random.SystemRandom().randrange(1_000_000))
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 LOCK = ".memrisk.lock"

@@ -20,7 +20,7 @@ from memrisk.runner import run_experiment
 from memrisk.store import setting_changes
 from tests.conftest import TINY_HIDDEN, word_tokenizer
 from tests.numerics import assert_same_records, reorder_tolerance
-from tests.test_run import STORY, interrupted_run, records, write_config
+from tests.integration.test_run import STORY, interrupted_run, records, write_config
 
 SLOW_CHUNKS = """
 import sys, time

@@ -19,7 +19,7 @@ from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
 from memrisk.store import RecordStore
 from tests.conftest import WORDS
-from tests.test_report_html import SCRIPT, make_run, records, visible_text
+from tests.integration.test_report_html import SCRIPT, make_run, records, visible_text
 
 SECTION = "<h3>Prior-aware memorization</h3>"
 BUDGET = " (c = 6, 2 trials)"

@@ -9,7 +9,7 @@ import memrisk
 from memrisk import DecodingPolicy, MemriskError
 from memrisk.extraction.montecarlo import wilson_interval
 from tests.conftest import tiny_gpt2
-from tests.test_cbs import exact_masses
+from tests.unit.test_cbs import exact_masses
 
 PREFIX = [4, 5]
 POLICY = DecodingPolicy(top_k=3)
