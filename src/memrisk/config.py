@@ -77,7 +77,7 @@ class DatasetConfig(_Strict):
 
 
 class WindowConfig(_Strict):
-    """How documents are cut into prefix ‖ suffix examples (SPEC §1)."""
+    """How documents are cut into prefix ‖ suffix examples (CBS paper §4: a = T = 50 by default)."""
 
     mode: Literal["doc", "book"] = "doc"
     prefix_length: int = Field(defaults.PREFIX_LENGTH, ge=0)
@@ -133,7 +133,7 @@ class CBSConfig(_Strict):
 
 
 class PriorAwareConfig(_Strict):
-    """Prior-aware memorization settings (PA paper; SPEC §7).
+    """Prior-aware memorization settings (PA paper §4).
 
     The bank is `prefixes_per_trial` × `trials` windows of `prefix_length` tokens (default: the
     windows' prefix length) drawn from `bank_datasets` (default: every target dataset).

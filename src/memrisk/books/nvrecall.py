@@ -1,4 +1,4 @@
-"""Near-verbatim recall of a book in a long generation (Books paper §3.3, Algorithm 1; SPEC §8).
+"""Near-verbatim recall of a book in a long generation (Books paper §3.3, Algorithm 1).
 
 Both texts are lightly normalized (App. C.3) and split on whitespace. Verbatim matching blocks
 come from the greedy longest-common-run recursion (difflib's, autojunk off); two merge-and-

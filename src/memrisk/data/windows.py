@@ -1,4 +1,4 @@
-"""Cutting documents into (prefix, suffix) windows in the model's own token space (SPEC §1).
+"""Cutting documents into (prefix, suffix) windows in the model's own token space (CBS paper §4).
 
 doc mode: the first a+T tokens of each document. book mode: starting at character 0, every
 `stride` characters take the next a+T tokens of the document's single tokenisation, keeping

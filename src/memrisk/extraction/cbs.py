@@ -1,4 +1,4 @@
-"""Decoding-constrained beam search (CBS paper §4, App. C.3, D, E; SPEC §5).
+"""Decoding-constrained beam search (CBS paper §4, App. C.3, D, E).
 
 Certified bounds on the near-verbatim extraction risk p_{z,ε}: the mass, under a decoding
 policy, of every T-token continuation within distance ε of the target suffix. The search
@@ -599,6 +599,6 @@ def cbs_signature(policy: DecodingPolicy, beam_width: int, prune: str | None, ep
 
 
 def token_evaluation_limit(prefix_length: int, suffix_length: int, beam_width: int) -> int:
-    """The SPEC's cost ceiling a + (T − 1)·B token evaluations for one sequence."""
+    """The cost ceiling a + (T − 1)·B token evaluations of one sequence's search (CBS paper App. C.3)."""
     return prefix_length + (suffix_length - 1) * beam_width
 

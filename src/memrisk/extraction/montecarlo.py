@@ -1,4 +1,4 @@
-"""Monte Carlo estimation of near-verbatim extraction risk (CBS paper §C.1; SPEC §4).
+"""Monte Carlo estimation of near-verbatim extraction risk (CBS paper §C.1).
 
 M i.i.d. T-token samples per example under the decoding policy, drawn after one shared
 prefill of the prefix; p̂_{z,ε} = hits / M is unbiased. Each example draws from its own

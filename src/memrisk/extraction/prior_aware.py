@@ -1,4 +1,4 @@
-"""Prior-aware memorization (PA paper; SPEC §7): memorized text versus merely likely text.
+"""Prior-aware memorization (PA paper §4): memorized text versus merely likely text.
 
 A pair p‖s is PA-memorized when P(s|p) > m and P(s|p) / v̂_s > n (both strict), where
 v̂_s = (1/c) Σ_i P(s|q_i) estimates the suffix's prior from c random prefixes q_i. Each bank

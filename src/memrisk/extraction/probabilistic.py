@@ -1,7 +1,7 @@
 """Probabilistic (verbatim) extraction: log p_z of a suffix given its prefix, by teacher forcing.
 
 One forward pass over prefix ‖ suffix gives the logits at the T suffix positions; every
-decoding policy is scored from those same logits (SPEC §3).
+decoding policy is scored from those same logits ((n,p) paper §3).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The physical limit a run can be compared with: a forward pass costs about 2 × parameters
-FLOPs per token evaluation, so a method's token evaluations (SPEC formulas) divided by the
+FLOPs per token evaluation, so a method's token evaluations (CBS paper App. C.3) divided by the
 device's peak FLOP/s give the shortest possible time."""
 
 from __future__ import annotations
