@@ -147,3 +147,12 @@ def test_scores_and_summaries_carry_the_signature_of_their_settings(tmp_path, mo
 
     page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
     assert all(f"<code>{signed}</code>" in page for signed in summary["signatures"].values())
+
+
+def test_the_documented_defaults_are_memrisk_defaults() -> None:
+    """docs/architecture.md lists the result-changing defaults; each number there is the one in memrisk.defaults."""
+    text = " ".join((SOURCE.parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8").split())
+    listed = f"These are top-k {defaults.TOP_K}, B {defaults.BEAM_WIDTH}, ε {defaults.EPSILON}, {defaults.PRUNE.capitalize()} pruning, " \
+             f"τ_min {defaults.TAU_MIN:g}, PA c = {defaults.PA_PREFIXES_PER_TRIAL:,} and {defaults.PA_TRIALS} trials, " \
+             f"and the window lengths."
+    assert listed in text
