@@ -53,7 +53,9 @@ def run(source: Path, args: list[str], cwd: Path) -> None:
     """`memrisk ARGS` with the package imported from `source` (a commit's src/ folder)."""
     env = os.environ | {"PYTHONPATH": str(source)}
     command = [sys.executable, "-c", "import sys; from memrisk.cli import main; sys.exit(main())", *args]
-    subprocess.run(command, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"memrisk {' '.join(args)} failed (source {source}):\n{done.stderr[-3000:]}")
 
 
 def records(folder: Path) -> list[dict[str, Any]]:
