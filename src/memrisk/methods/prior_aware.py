@@ -146,6 +146,7 @@ class PriorAware(MethodDefaults):
         ]
 
     def summarise(self, column: Column, config: ExperimentConfig) -> dict[str, Any]:
+        """PA counts, and the PA filter applied to every other configured method's verdicts (hence the registry, read here)."""
         from memrisk.methods import configured
 
         others = [m for m in configured(config) if m.name != self.name]
