@@ -112,7 +112,7 @@ def run_arrays(table: pa.Table, config: ExperimentConfig) -> RunArrays:
 
 
 def probabilities(log_p: np.ndarray) -> np.ndarray:
-    """p_z from natural-log p_z (−inf → 0, no warnings), for plotting and sorting only (verdicts: report.verdict)."""
+    """p_z from natural-log p_z (−inf → 0, no warnings), for plotting and sorting only (verdicts: memrisk.rules)."""
     return np.exp(np.asarray(log_p, dtype=np.float64))
 
 
