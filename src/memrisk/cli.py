@@ -1,4 +1,4 @@
-"""The `memrisk` command line: demo, run, report and books (run, score)."""
+"""The `memrisk` command line: demo, run, study, report and books (run, score)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,19 @@ def _run(args: argparse.Namespace) -> None:
         report = write_report([out])
     print(summary_table(summary))
     print(f"\nrecords, summary.json and config in {out}/; report: {report}")
+
+
+def _study(args: argparse.Namespace) -> None:
+    from memrisk.study import dry_run_lines, load_study, run_study
+
+    out = Path(args.out) if args.out else Path("studies-out") / Path(args.study).stem
+    if args.dry_run:
+        _, cells = load_study(args.study)
+        print(f"{len(cells)} cells into {out}/:")
+        print("\n".join("  " + line for line in dry_run_lines(cells)))
+        return
+    summaries = run_study(args.study, out, force=args.force)
+    print(f"{len(summaries)} cells in {out}/cells/: " + ", ".join(summaries))
 
 
 def _report(args: argparse.Namespace) -> None:
@@ -143,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
         "else RAY_ADDRESS or this machine's cluster, else a new local one (records equal a local run's)",
     )
     run.set_defaults(handler=_run)
+
+    study = sub.add_parser("study", help="run a grid of experiments, one run folder per cell (re-run to resume)")
+    study.add_argument("study", help="study YAML: base (an experiment config or its path), grid and/or cells")
+    study.add_argument("--out", help="output folder (default: studies-out/<study name>)")
+    study.add_argument("--force", action="store_true", help="discard the cells of a different study and start again")
+    study.add_argument("--dry-run", action="store_true", help="list the cells and their cost per window; load no model")
+    study.set_defaults(handler=_study)
 
     report = sub.add_parser(
         "report", help="rebuild summary.json of stored runs (books runs: read books_summary.json) and write report.html (a comparison when several)"

@@ -1,0 +1,193 @@
+"""Studies: a base experiment and a grid of changes to it, run as ordinary run folders, one per cell.
+
+A study YAML holds `base:` (an experiment config, inline or a path), `grid:` (dotted config keys →
+lists of values; the cells are their cartesian product) and/or `cells:` (named lists of changes).
+Each cell is `OUT/cells/NAME/`, a run folder that `memrisk run` and `memrisk report` take on its
+own. Cells with the same model share one model load; a cell whose summary is written is complete
+and is not run again; a study re-run with other cells or settings is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from tqdm.auto import tqdm
+
+from memrisk import layout
+from memrisk.config import ExperimentConfig, parse_config, read_yaml_mapping, validated
+from memrisk.errors import MemriskError
+from memrisk.lock import locked_folder
+from memrisk.methods import configured
+from memrisk.models.backend import LanguageModel
+from memrisk.runner import load_run_model, run_experiment
+from memrisk.store import RecordStore, refuse_changed_settings
+
+CELLS = "cells"
+
+
+class NamedCell(BaseModel):
+    """One hand-named cell: its changes to the base config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9_.+=-]+$")
+    set: dict[str, Any] = Field(default_factory=dict)
+
+
+class StudyConfig(BaseModel):
+    """A study: `base` and the changes that make its cells (`grid` × `cells`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base: dict[str, Any] | str
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    cells: list[NamedCell] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _some_cells(self) -> StudyConfig:
+        empty = [key for key, values in self.grid.items() if not values]
+        if empty:
+            raise ValueError(f"grid axis {empty[0]!r} has no values")
+        names = [c.name for c in self.cells]
+        if len(set(names)) != len(names):
+            raise ValueError(f"cell names must be unique, got {names}")
+        return self
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a study: its folder name, its changes and its validated config."""
+
+    name: str
+    changes: dict[str, Any]
+    config: ExperimentConfig
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `a.b.0.c` in nested mappings and lists (list items by index), creating mappings on the way."""
+    parts = key.split(".")
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise MemriskError(f"study key {key!r}: {'.'.join(parts[:i])} has no item {part}")
+            node = node[int(part)]
+        else:
+            node = node.setdefault(part, {})
+        if not isinstance(node, (dict, list)):
+            raise MemriskError(f"study key {key!r}: {'.'.join(parts[:i + 1])} is a value, not a section")
+    last = parts[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise MemriskError(f"study key {key!r}: {'.'.join(parts[:-1])} has no item {last}")
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _slug(value: Any) -> str:
+    """A key or value as it appears in a cell name: letters, digits and . _ + - only."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", str(value)).strip("-") or "none"
+
+
+def cell_name(changes: dict[str, Any]) -> str:
+    """A readable folder name from a cell's changes: `beam_width=4_epsilon=2` (the last part of each key)."""
+    return "_".join(f"{_slug(key.split('.')[-1])}={_slug(value)}" for key, value in changes.items()) or "base"
+
+
+def study_cells(study: StudyConfig, base_dir: Path) -> list[Cell]:
+    """Every cell of the study, grid cells in product order, each within each named cell, validated."""
+    base = read_yaml_mapping(base_dir / study.base, "model, datasets") if isinstance(study.base, str) else study.base
+    config_dir = (base_dir / study.base).parent if isinstance(study.base, str) else base_dir
+    axes = list(study.grid.items())
+    grid = [dict(zip([k for k, _ in axes], values)) for values in itertools.product(*[v for _, v in axes])]
+    named = [(entry.name, entry.set) for entry in study.cells] or [("", {})]
+    cells = []
+    for label, changed in named:
+        for point in grid:
+            changes = changed | point
+            data = copy.deepcopy(base)
+            for key, value in changes.items():
+                set_dotted(data, key, value)
+            name = "_".join(part for part in (label, cell_name(point) if point else "") if part) or cell_name(changes)
+            try:
+                config = parse_config(data, config_dir)
+            except MemriskError as exc:
+                raise MemriskError(f"study cell {name}: {exc}") from None
+            cells.append(Cell(name, changes, config))
+    names = [c.name for c in cells]
+    if len(set(names)) != len(names):
+        repeated = next(n for n in names if names.count(n) > 1)
+        raise MemriskError(f"two study cells are both named {repeated!r}; name the cells so that they differ")
+    return cells
+
+
+def load_study(path: str | Path) -> tuple[StudyConfig, list[Cell]]:
+    """Read, validate and expand a study YAML."""
+    path = Path(path)
+    study = validated(StudyConfig, read_yaml_mapping(path, "base, grid"), "study")
+    return study, study_cells(study, path.parent)
+
+
+def study_identity(cells: list[Cell]) -> dict[str, Any]:
+    """What a resumed study must share with the one stored: every cell's name and result-changing settings."""
+    return {"cells": {cell.name: cell.config.identity() for cell in cells}}
+
+
+def is_complete(folder: Path) -> bool:
+    """A cell whose summary is written has every record (the runner writes the summary last)."""
+    return (folder / layout.SUMMARY).is_file()
+
+
+def dry_run_lines(cells: list[Cell]) -> list[str]:
+    """One line per cell: its folder, its changes and each method's most token evaluations per window (CBS App. C.3)."""
+    lines = []
+    for cell in cells:
+        w = cell.config.windows
+        costs = ", ".join(f"{m.name} ≤ {m.cost_bound(cell.config, w.prefix_length, w.suffix_length):,}" for m in configured(cell.config))
+        changes = ", ".join(f"{k}={v}" for k, v in cell.changes.items()) or "the base config"
+        lines.append(f"{CELLS}/{cell.name}: {changes}; token evaluations per window: {costs}")
+    return lines
+
+
+def run_study(
+    path: str | Path,
+    out_dir: str | Path,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    load: Callable[[ExperimentConfig], LanguageModel] = load_run_model,
+) -> dict[str, dict[str, Any]]:
+    """Run (or resume) every cell of a study into `out_dir/cells/` and return each cell's summary.
+
+    Cells with the same `model` settings share one loaded model (the last one is kept); complete
+    cells are read, not run.
+    """
+    study, cells = load_study(path)
+    out = Path(out_dir)
+    identity = study_identity(cells)
+    with locked_folder(out):
+        if not force:
+            refuse_changed_settings(out, identity)
+        RecordStore.open(out, study.model_dump(mode="json"), identity, force=force)
+        summaries: dict[str, dict[str, Any]] = {}
+        loaded: tuple[dict[str, Any], LanguageModel] | None = None
+        bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)
+        for cell in bar:
+            folder = out / CELLS / cell.name
+            bar.set_postfix_str(cell.name)
+            if is_complete(folder) and not force:
+                summaries[cell.name] = RecordStore.existing(folder).read_json(layout.SUMMARY)
+                continue
+            model_settings = cell.config.model.model_dump()
+            if loaded is None or loaded[0] != model_settings:
+                loaded = None
+                loaded = (model_settings, load(cell.config))
+            summaries[cell.name] = run_experiment(cell.config, folder, model=loaded[1], force=force, progress=progress)
+        bar.close()
+        return summaries

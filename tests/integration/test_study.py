@@ -1,0 +1,87 @@
+"""`memrisk study`: a grid of cells, each an ordinary run folder equal to `memrisk run` of its resolved config."""
+
+from __future__ import annotations
+
+import yaml
+import pytest
+
+from memrisk.cli import main
+from memrisk.errors import MemriskError
+from memrisk.runner import load_run_model, run_experiment
+from memrisk.study import cell_name, load_study, run_study, set_dotted
+from tests.integration.test_run import records, write_config
+
+
+def write_study(folder, model_dir, grid) -> str:
+    """A study over test_run's experiment (probabilistic + CBS) with `grid`."""
+    base = yaml.safe_load(write_config(folder, model_dir, methods=["probabilistic", "cbs"]).read_text())
+    path = folder / "study.yaml"
+    path.write_text(yaml.safe_dump({"base": base, "grid": grid}))
+    return str(path)
+
+
+GRID = {"cbs.beam_width": [1, 2], "cbs.epsilon": [0, 1]}
+
+
+def test_each_cell_equals_memrisk_run_of_its_config_and_the_model_loads_once(tmp_path, model_dir) -> None:
+    """2 × 2 cells in product order; the same thread count and batch layout give bitwise-equal records."""
+    loads = []
+
+    def load(config):
+        loads.append(config.model.name)
+        return load_run_model(config)
+
+    study = write_study(tmp_path, model_dir, GRID)
+    summaries = run_study(study, tmp_path / "out", progress=False, load=load)
+    names = ["beam_width=1_epsilon=0", "beam_width=1_epsilon=1", "beam_width=2_epsilon=0", "beam_width=2_epsilon=1"]
+    assert list(summaries) == names
+    assert loads == [str(model_dir)]
+    _, cells = load_study(study)
+    for cell in cells:
+        assert (cell.config.cbs.beam_width, cell.config.cbs.epsilon) == (cell.changes["cbs.beam_width"], cell.changes["cbs.epsilon"])
+        single = run_experiment(cell.config, tmp_path / "single" / cell.name, progress=False)
+        assert records(tmp_path / "out" / "cells" / cell.name) == records(tmp_path / "single" / cell.name)
+        assert summaries[cell.name] == single
+
+
+def test_a_rerun_runs_only_the_missing_cells_and_a_changed_study_is_refused(tmp_path, model_dir) -> None:
+    study = write_study(tmp_path, model_dir, {"cbs.beam_width": [1, 2]})
+    run_study(study, tmp_path / "out", progress=False)
+    kept = tmp_path / "out" / "cells" / "beam_width=1" / "summary.json"
+    stamp = kept.stat().st_mtime_ns
+    (tmp_path / "out" / "cells" / "beam_width=2" / "summary.json").unlink()
+    loads = []
+    run_study(study, tmp_path / "out", progress=False, load=lambda config: loads.append(1) or load_run_model(config))
+    assert kept.stat().st_mtime_ns == stamp and loads == [1]
+    assert (tmp_path / "out" / "cells" / "beam_width=2" / "summary.json").is_file()
+    changed = write_study(tmp_path, model_dir, {"cbs.beam_width": [1, 3]})
+    with pytest.raises(MemriskError, match=r"holds a run made with different settings: cells\.beam_width=2: .* → '\(unset\)'; cells\.beam_width=3: '\(unset\)' → "):
+        run_study(changed, tmp_path / "out", progress=False)
+
+
+def test_dry_run_lists_cells_and_costs_without_writing(tmp_path, model_dir, capsys) -> None:
+    study = write_study(tmp_path, model_dir, GRID)
+    assert main(["study", study, "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"4 cells into {tmp_path / 'out'}/:"
+    # a = 6 prefix tokens + BOS, T = 5: teacher forcing a + T = 12; CBS a + (T − 1)(B + 1) = 7 + 4·(B + 1)
+    assert lines[1] == "  cells/beam_width=1_epsilon=0: cbs.beam_width=1, cbs.epsilon=0; token evaluations per window: probabilistic ≤ 12, cbs ≤ 15"
+    assert lines[4] == "  cells/beam_width=2_epsilon=1: cbs.beam_width=2, cbs.epsilon=1; token evaluations per window: probabilistic ≤ 12, cbs ≤ 19"
+    assert not (tmp_path / "out").exists()
+
+
+def test_dotted_keys_reach_into_sections_and_list_items() -> None:
+    data = {"cbs": {"beam_width": 20}, "policies": [{"top_k": 40}]}
+    set_dotted(data, "cbs.epsilon", 2)
+    set_dotted(data, "policies.0.top_k", 5)
+    assert data == {"cbs": {"beam_width": 20, "epsilon": 2}, "policies": [{"top_k": 5}]}
+    with pytest.raises(MemriskError, match="study key 'cbs.beam_width.x': cbs.beam_width is a value, not a section"):
+        set_dotted(data, "cbs.beam_width.x", 1)
+    with pytest.raises(MemriskError, match="study key 'policies.3.top_k': policies has no item 3"):
+        set_dotted(data, "policies.3.top_k", 1)
+    assert cell_name({"cbs.prune": "none", "policies.0.top_p": 0.9}) == "prune=none_top_p=0.9"
+
+
+def test_a_cell_with_an_invalid_config_is_named_in_the_error(tmp_path, model_dir) -> None:
+    study = write_study(tmp_path, model_dir, {"cbs.beam_width": [2, 0]})
+    assert main(["study", study, "--out", str(tmp_path / "out")]) == 2
