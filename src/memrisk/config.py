@@ -159,6 +159,27 @@ class PriorAwareConfig(_Strict):
         return n
 
 
+class MonteCarloConfig(_Strict):
+    """Monte Carlo estimation of p_{z,ε} (CBS paper §C.1), the baseline CBS is measured against.
+
+    Every window gets estimates at each of `samples` (nested: the first 20 of the 100 samples, ...),
+    drawn under `policy` (default: the CBS policy) from one stream seeded by `seed` and the window's id.
+    """
+
+    samples: list[int] = Field(default_factory=lambda: list(defaults.MC_SAMPLES), min_length=1)
+    seed: int = 0
+    distance: Literal["hamming", "levenshtein"] = defaults.PRUNE
+    epsilon: int = Field(defaults.EPSILON, ge=0)
+    policy: str | None = None
+
+    @field_validator("samples")
+    @classmethod
+    def _increasing(cls, samples: list[int]) -> list[int]:
+        if min(samples) < 1 or samples != sorted(set(samples)):
+            raise ValueError(f"samples must be increasing positive counts, got {samples}")
+        return samples
+
+
 class RayConfig(_Strict):
     """How `memrisk run --ray` spreads a run over a Ray cluster (placement only: results do not change).
 
@@ -183,6 +204,7 @@ class ExperimentConfig(_Strict):
     methods: list[MethodName] = Field(default_factory=lambda: list(defaults.METHODS), min_length=1)
     cbs: CBSConfig = CBSConfig()
     prior_aware: PriorAwareConfig = PriorAwareConfig()
+    mc: MonteCarloConfig = MonteCarloConfig()
     tau_min: float = Field(defaults.TAU_MIN, gt=0.0, le=1.0)
     shard_size: int = Field(defaults.SHARD_SIZE, ge=1)
     ray: RayConfig = RayConfig()
@@ -213,6 +235,8 @@ class ExperimentConfig(_Strict):
         labels = [p.label for p in self.policies]
         if self.cbs.policy is not None and self.cbs.policy not in labels:
             raise ValueError(f"cbs.policy {self.cbs.policy!r} is not one of the policies {labels}")
+        if self.mc.policy is not None and self.mc.policy not in labels:
+            raise ValueError(f"mc.policy {self.mc.policy!r} is not one of the policies {labels}")
         return self
 
     @model_validator(mode="after")
@@ -222,6 +246,10 @@ class ExperimentConfig(_Strict):
         if unknown:
             raise ValueError(f"prior_aware.bank_datasets {unknown} are not datasets of this config {names}")
         return self
+
+    def mc_policy(self) -> PolicyConfig:
+        """The policy Monte Carlo samples from: `mc.policy`, else the CBS policy."""
+        return next(p for p in self.policies if p.label == (self.mc.policy or self.cbs_policy().label))
 
     def cbs_policy(self) -> PolicyConfig:
         """The policy CBS searches under: `cbs.policy`, else the first configured one."""

@@ -16,4 +16,5 @@ STRIDE = 20
 METHODS = ("probabilistic", "greedy")
 PA_PREFIXES_PER_TRIAL = 5000  # prior-aware prefixes per trial c (PA paper §4)
 PA_TRIALS = 5
+MC_SAMPLES = (20, 100, 1000, 10000)  # Monte Carlo sample budgets, nested in one stream (CBS paper Figs. 2 and 5)
 SHARD_SIZE = 64

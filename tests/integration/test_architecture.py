@@ -75,7 +75,7 @@ def test_a_new_method_is_one_object_and_one_registry_line(tmp_path, model_dir, m
 
 
 def test_an_unregistered_method_is_refused_with_the_registered_names(tmp_path, model_dir) -> None:
-    with pytest.raises(memrisk.MemriskError, match="methods.1: Input should be 'probabilistic', 'greedy', 'cbs' or 'prior_aware', got 'suffix_length'"):
+    with pytest.raises(memrisk.MemriskError, match="methods.1: Input should be 'probabilistic', 'greedy', 'cbs', 'mc' or 'prior_aware', got 'suffix_length'"):
         load_config(write_config(tmp_path, model_dir, methods=["probabilistic", "suffix_length"]))
 
 

@@ -9,6 +9,7 @@ do not depend on how examples are batched.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -125,12 +126,19 @@ def monte_carlo(
     seed: int = 0,
     replicates: int = 1,
     *,
+    checkpoints: Sequence[int] | None = None,
     max_rows: int = 512,
     progress: bool = False,
 ) -> list[MonteCarloResult]:
-    """Monte Carlo estimates of p_{z,ε} for every (prefix, suffix), deterministic for a seed."""
+    """Monte Carlo estimates of p_{z,ε} for every (prefix, suffix), deterministic for a seed.
+
+    The convergence curve is given at `checkpoints` (pooled sample counts per replicate, each ≤ `samples`;
+    default 30 log-spaced counts): the estimates at nested budgets from one stream of samples.
+    """
     if samples < 1 or replicates < 1:
         raise MemriskError(f"samples and replicates must be >= 1, got {samples} and {replicates}")
+    if checkpoints is not None and (not checkpoints or min(checkpoints) < 1 or max(checkpoints) > samples):
+        raise MemriskError(f"checkpoints must be sample counts from 1 to samples = {samples}, got {list(checkpoints or [])}")
     if distance not in ("hamming", "levenshtein"):
         raise MemriskError(f"distance must be 'hamming' or 'levenshtein', got {distance!r}")
     if epsilon < 0:
@@ -158,20 +166,22 @@ def monte_carlo(
     bar.close()
     signed = signature("monte_carlo", policy=policy.name, samples=samples, replicates=replicates, distance=distance, eps=epsilon, seed=seed)
     return [
-        replace(_summarise(np.stack([np.concatenate(distances[(i, r)]) for r in range(replicates)]), distance, epsilon, evals[i]),
+        replace(_summarise(np.stack([np.concatenate(distances[(i, r)]) for r in range(replicates)]), distance, epsilon, evals[i], checkpoints),
                 signature=signed)
         for i in range(len(prefix_ids))
     ]
 
 
-def _summarise(distances: np.ndarray, distance: str, epsilon: int, token_evals: int) -> MonteCarloResult:
+def _summarise(distances: np.ndarray, distance: str, epsilon: int, token_evals: int, checkpoints: Sequence[int] | None = None) -> MonteCarloResult:
     """Pool replicate distances [R, M] into estimates, intervals and the convergence curve."""
     replicates, samples = distances.shape
     within = distances[:, :, None] <= np.arange(epsilon + 1)
     hits = within.sum(axis=(0, 1))
     total = replicates * samples
     low, high = wilson_interval(hits, total)
-    checkpoints = np.unique(np.round(np.logspace(0, math.log10(samples), 30)).astype(int))
+    if checkpoints is None:
+        checkpoints = np.unique(np.round(np.logspace(0, math.log10(samples), 30)).astype(int))
+    checkpoints = np.asarray(checkpoints, dtype=int)
     cumulative = within.cumsum(axis=1)[:, checkpoints - 1, :].sum(axis=0)
     curve_low, curve_high = wilson_interval(cumulative, (checkpoints * replicates)[:, None])
     return MonteCarloResult(
