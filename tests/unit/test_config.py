@@ -345,7 +345,7 @@ def test_read_yaml_mapping_missing_file_and_folder(tmp_path):
 
 def test_identity_leaves_out_exactly_the_settings_that_do_not_change_results():
     identity = parse_config(BASE).identity()
-    assert set(identity) == {"model", "datasets", "windows", "policies", "methods", "cbs", "prior_aware", "tau_min"}
+    assert set(identity) == {"model", "datasets", "windows", "policies", "methods", "cbs", "mc", "prior_aware", "tau_min"}
     assert set(identity["model"]) == {"name", "revision", "dtype", "device", "gguf_file", "attention"}
     assert json.loads(json.dumps(identity)) == identity  # JSON-ready, as it is stored in the manifest
 
