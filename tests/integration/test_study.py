@@ -85,3 +85,14 @@ def test_dotted_keys_reach_into_sections_and_list_items() -> None:
 def test_a_cell_with_an_invalid_config_is_named_in_the_error(tmp_path, model_dir) -> None:
     study = write_study(tmp_path, model_dir, {"cbs.beam_width": [2, 0]})
     assert main(["study", study, "--out", str(tmp_path / "out")]) == 2
+
+
+def test_every_ready_study_validates_and_dry_runs(capsys) -> None:
+    """The study configs shipped in studies/ expand to valid cells without loading a model."""
+    from pathlib import Path
+
+    shipped = sorted((Path(__file__).resolve().parents[2] / "studies").glob("*.yaml"))
+    assert shipped
+    for path in shipped:
+        assert main(["study", str(path), "--dry-run"]) == 0
+        assert "cells into" in capsys.readouterr().out
