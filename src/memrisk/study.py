@@ -26,8 +26,8 @@ from memrisk.errors import MemriskError
 from memrisk.lock import locked_folder
 from memrisk.methods import configured
 from memrisk.models.backend import LanguageModel
-from memrisk.runner import load_run_model, run_experiment
-from memrisk.store import RecordStore, refuse_changed_settings
+from memrisk.runner import load_documents, load_run_model, run_experiment
+from memrisk.store import RecordStore, refuse_changed_settings, remove_temporary_files
 
 CELLS = "cells"
 
@@ -182,8 +182,11 @@ def run_study(
             folder = out / CELLS / cell.name
             bar.set_postfix_str(cell.name)
             if is_complete(folder) and not force:
-                summaries[cell.name] = RecordStore.existing(folder).read_json(layout.SUMMARY)
+                with locked_folder(folder):  # clears what a kill after the summary left: its lock, temporary files
+                    remove_temporary_files(folder)
+                    summaries[cell.name] = RecordStore.existing(folder).read_json(layout.SUMMARY)
                 continue
+            load_documents(cell.config)  # a missing data file is reported before a model is loaded for it
             model_settings = cell.config.model.model_dump()
             if loaded is None or loaded[0] != model_settings:
                 loaded = None

@@ -375,6 +375,41 @@ def test_ray_driver_killed_at_random_moments_loses_nothing(tmp_path, launcher, e
     check_finished(out, experiment.records, exact=False)
 
 
+# -- memrisk study ----------------------------------------------------------------------------
+
+
+def test_study_killed_at_random_moments_completes_equal_and_keeps_finished_cells(tmp_path, launcher, experiment) -> None:
+    """A 2 × 2 study (B × ε, one chunk per window) killed 8 times: while cells score, while a cell's summary is
+    written or just renamed, while the study's manifest is written, and after random delays. Re-run, every cell's
+    records are bitwise the uninterrupted study's (same server, same threads), and a cell complete before the last
+    run is not recomputed (its summary.json is not rewritten)."""
+    rng = random.Random(f"{SEED}/study")
+    base = yaml.safe_load(experiment.path.read_text()) | {"methods": ["probabilistic", "cbs"]}
+    study = experiment.path.with_name("study.yaml")  # beside the experiment, whose data paths are relative
+    study.write_text(yaml.safe_dump({"base": base, "grid": {"cbs.beam_width": [1, 2], "cbs.epsilon": [0, 1]}}))
+    reference, out = tmp_path / "reference", tmp_path / "killed"
+    seconds = complete_run(launcher, ["study", str(study), "--out", str(reference)])
+    cells = sorted(p.name for p in (reference / "cells").iterdir())
+    windows = len(experiment.records)
+    schedule = [Kill("write:manifest.json", 1), Kill("score", rng.randint(1, windows)), Kill("score", rng.randint(windows, 2 * windows)),
+                Kill("write:summary.json", 1), Kill("renamed:summary.json", 1), Kill("score", rng.randint(1, windows)),
+                Kill("time", delay=rng.uniform(0.05, seconds)), Kill("time", delay=rng.uniform(0.05, seconds))]
+    args = ["study", str(study), "--out", str(out)]
+    for kill in schedule:
+        kill.before = f"{sum((out / 'cells' / c / 'summary.json').exists() for c in cells)}/4 cells"
+        kill_run(launcher, args, kill)
+        kill.after = f"{sum((out / 'cells' / c / 'summary.json').exists() for c in cells)}/4 cells"
+        kill.left = [f"{c}: {item}" for c in cells if (out / "cells" / c).exists() for item in debris(out / "cells" / c)]
+    show("memrisk study", schedule, ("before", "after"))
+    finished = {c: (out / "cells" / c / "summary.json").stat().st_mtime_ns for c in cells if (out / "cells" / c / "summary.json").exists()}
+    complete_run(launcher, args)
+    for cell in cells:
+        check_finished(out / "cells" / cell, records(reference / "cells" / cell))
+        if cell in finished:
+            assert (out / "cells" / cell / "summary.json").stat().st_mtime_ns == finished[cell], f"seed {SEED}: {cell} was recomputed"
+    assert not (out / LOCK).exists() and temporary_files(out) == []
+
+
 # -- memrisk books run ------------------------------------------------------------------------
 
 KEY_VARIABLE = "MEMRISK_TEST_CHAT_KEY"
