@@ -41,6 +41,9 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _study(args: argparse.Namespace) -> None:
+    from memrisk.layout import STUDY_TABLE
+    from memrisk.lock import locked_folder
+    from memrisk.report.html import write_report
     from memrisk.study import dry_run_lines, load_study, run_study
 
     out = Path(args.out) if args.out else Path("studies-out") / Path(args.study).stem
@@ -50,12 +53,16 @@ def _study(args: argparse.Namespace) -> None:
         print("\n".join("  " + line for line in dry_run_lines(cells)))
         return
     summaries = run_study(args.study, out, force=args.force)
+    with locked_folder(out):
+        report = write_report([out])
     print(f"{len(summaries)} cells in {out}/cells/: " + ", ".join(summaries))
+    print(f"study table: {out / STUDY_TABLE}; report: {report}")
 
 
 def _report(args: argparse.Namespace) -> None:
     from contextlib import ExitStack
 
+    from memrisk.layout import is_study
     from memrisk.lock import locked_folder
     from memrisk.report.html import write_report
     from memrisk.report.text import books_text_table, summary_table
@@ -68,6 +75,9 @@ def _report(args: argparse.Namespace) -> None:
             RecordStore.existing(folder)
             locks.enter_context(locked_folder(folder))
         for folder in folders:
+            if is_study(folder):
+                print(f"study {folder}: its cells are reported together")
+                continue
             summary = rebuild_summary(folder)
             print(books_text_table(summary) if summary.get("kind") == "books" else summary_table(summary))
         path = write_report(folders, Path(args.out) if args.out else None)

@@ -2,7 +2,9 @@
 
 A record run holds config.yaml, manifest.json, records/ (Parquet parts), windows.json,
 versions.json, summary.json, prior_aware.json (with the prior-aware method), ray_run.json (on Ray),
-report.html and figures/. A books run holds config.yaml, manifest.json, requests.jsonl,
+report.html and figures/. A study holds config.yaml (the study), manifest.json, study.json (its
+cells), cells/NAME/ (one record run each), and after `memrisk report` study.csv, report.html and
+figures/. A books run holds config.yaml, manifest.json, requests.jsonl,
 books_summary.json and books/NAME/ (generation.txt, result.json, diff.html). docs/records.md describes each.
 """
 
@@ -28,6 +30,9 @@ BOOKS = "books"
 GENERATION = "generation.txt"
 BOOK_RESULT = "result.json"
 DIFF = "diff.html"
+CELLS = "cells"
+STUDY_CELLS = "study.json"
+STUDY_TABLE = "study.csv"
 
 
 def setup_file(method: str) -> str:
@@ -46,6 +51,11 @@ def figure_file(name: str, extension: str) -> str:
 def book_file(book: str, name: str) -> str:
     """One book's file inside a books run folder, e.g. books/NAME/diff.html."""
     return f"{BOOKS}/{book}/{name}"
+
+
+def is_study(folder: Path) -> bool:
+    """Whether `folder` holds a study (its cell list, written when the study starts)."""
+    return (Path(folder) / STUDY_CELLS).is_file()
 
 
 def is_books_run(folder: Path) -> bool:

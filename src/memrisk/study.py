@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 
 from memrisk import layout
+from memrisk.layout import CELLS
 from memrisk.config import ExperimentConfig, parse_config, read_yaml_mapping, validated
 from memrisk.errors import MemriskError
 from memrisk.lock import locked_folder
@@ -28,9 +29,6 @@ from memrisk.methods import configured
 from memrisk.models.backend import LanguageModel
 from memrisk.runner import load_documents, load_run_model, run_experiment
 from memrisk.store import RecordStore, refuse_changed_settings, remove_temporary_files
-
-CELLS = "cells"
-
 
 class NamedCell(BaseModel):
     """One hand-named cell: its changes to the base config."""
@@ -174,7 +172,8 @@ def run_study(
     with locked_folder(out):
         if not force:
             refuse_changed_settings(out, identity)
-        RecordStore.open(out, study.model_dump(mode="json"), identity, force=force)
+        store = RecordStore.open(out, study.model_dump(mode="json"), identity, force=force)
+        store.write_json(layout.STUDY_CELLS, [{"name": cell.name, "changes": cell.changes} for cell in cells])
         summaries: dict[str, dict[str, Any]] = {}
         loaded: tuple[dict[str, Any], LanguageModel] | None = None
         bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)

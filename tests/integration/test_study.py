@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import yaml
 import pytest
 
@@ -96,3 +98,24 @@ def test_every_ready_study_validates_and_dry_runs(capsys) -> None:
     for path in shipped:
         assert main(["study", str(path), "--dry-run"]) == 0
         assert "cells into" in capsys.readouterr().out
+
+
+def test_the_study_report_tabulates_every_cell_and_draws_each_number_against_each_axis(tmp_path, model_dir) -> None:
+    import csv
+
+    study = write_study(tmp_path, model_dir, GRID)
+    out = tmp_path / "out"
+    assert main(["study", study, "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "study.csv").open()))
+    assert [r["cell"] for r in rows] == ["beam_width=1_epsilon=0", "beam_width=1_epsilon=1", "beam_width=2_epsilon=0", "beam_width=2_epsilon=1"]
+    for row in rows:
+        summary = json.loads((out / "cells" / row["cell"] / "summary.json").read_text())
+        story = summary["datasets"]["story"]
+        assert float(row["story.cbs_rate"]) == story["cbs"]["rate"]["levenshtein"][row["cbs.epsilon"]]
+        assert float(row["story.p_z_rate.topk3"]) == story["probabilistic"]["topk3"]["rate"]
+        assert float(row["story.token_evals_per_window.cbs"]) == story["token_evals"]["cbs"]["per_window"]
+    figures = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert "study-cbs.beam_width-story.cbs_rate.png" in figures and "study-cbs.epsilon-control.cbs_rate.png" in figures
+    page = (out / "report.html").read_text()
+    assert "Study: 4 cells over cbs.beam_width, cbs.epsilon" in page and page.count("<figure>") == len(figures)
+    assert main(["report", str(out)]) == 0

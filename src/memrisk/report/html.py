@@ -13,6 +13,7 @@ from memrisk.report.books_page import Books, books_section, load_books
 from memrisk.report.comparison_page import comparison_section
 from memrisk.report.markup import join, page
 from memrisk.report.run_page import Run, load_run, run_section
+from memrisk.report.study_page import study_section
 from memrisk.store import RecordStore
 
 Folder = Run | Books
@@ -38,6 +39,10 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
     """
     if not run_dirs:
         raise MemriskError("write_report needs at least one run folder")
+    if any(layout.is_study(Path(d)) for d in run_dirs):
+        if len(run_dirs) > 1:
+            raise MemriskError("a study is reported on its own: `memrisk report STUDY_FOLDER`")
+        return write_study_report(Path(run_dirs[0]), out)
     runs = labelled([load_folder(Path(d)) for d in run_dirs])
     store = runs[0].store if out is None else RecordStore(Path(out), {})
     record_runs = [r for r in runs if isinstance(r, Run)]
@@ -55,3 +60,14 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
         store.write_bytes(layout.figure_file(pic.name, "png"), pic.png)
         store.write_bytes(layout.figure_file(pic.name, "svg"), pic.svg)
     return store.write_text(layout.REPORT, page("memrisk report: " + ", ".join(r.label for r in runs), join(sections)))
+
+
+def write_study_report(folder: Path, out: Path | None = None) -> Path:
+    """Write the study page, its figures and study.csv into the study folder (or `out`); return the page's path."""
+    store = RecordStore.existing(folder) if out is None else RecordStore(Path(out), {})
+    body, pics, table_csv = study_section(folder)
+    for pic in pics:
+        store.write_bytes(layout.figure_file(pic.name, "png"), pic.png)
+        store.write_bytes(layout.figure_file(pic.name, "svg"), pic.svg)
+    store.write_text(layout.STUDY_TABLE, table_csv)
+    return store.write_text(layout.REPORT, page(f"memrisk study: {Path(folder).name}", body))
