@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-import yaml
 import pytest
+import yaml
 
 from memrisk.cli import main
 from memrisk.errors import MemriskError
