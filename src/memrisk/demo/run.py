@@ -95,4 +95,5 @@ def run_demo(
     print()
     print(summary_table(summary))
     print(f"\nrecords, summary.json and config in {out_dir}/; report: {report}  ({time.monotonic() - started:.0f} s)")
+    print("next: compare settings in one command, e.g. `memrisk study studies/smollm2-beam-width.yaml --dry-run` (docs/studies.md)")
     return summary
