@@ -27,7 +27,7 @@ from memrisk.errors import MemriskError
 from memrisk.lock import locked_folder
 from memrisk.methods import configured
 from memrisk.models.backend import LanguageModel
-from memrisk.runner import load_documents, load_run_model, run_experiment
+from memrisk.runner import fitting_batch_size, load_documents, load_run_model, run_experiment
 from memrisk.store import RecordStore, refuse_changed_settings, remove_temporary_files
 
 class NamedCell(BaseModel):
@@ -188,8 +188,10 @@ def run_study(
             load_documents(cell.config)  # a missing data file is reported before a model is loaded for it
             model_settings = cell.config.model.model_dump()
             if loaded is None or loaded[0] != model_settings:
-                loaded = None
+                loaded = None  # the previous model is released before the next one loads
                 loaded = (model_settings, load(cell.config))
+            elif cell.config.model.batch_size == "auto":
+                loaded[1].batch_size = fitting_batch_size(cell.config, loaded[1])  # e.g. a wider beam needs a smaller batch
             summaries[cell.name] = run_experiment(cell.config, folder, model=loaded[1], force=force, progress=progress)
         bar.close()
         return summaries
