@@ -14,7 +14,6 @@ from memrisk.errors import MemriskError
 from memrisk.report.figures import new_figure
 from memrisk.report.markup import Html, Picture, figure_html, join, note, picture, table, tag
 from memrisk.store import RecordStore
-from memrisk.summary import rebuild_summary
 
 MetricRow = dict[str, Any]
 
@@ -41,7 +40,8 @@ def headline(summary: dict[str, Any]) -> dict[str, float | None]:
 
 
 def study_rows(folder: Path) -> tuple[list[str], list[MetricRow]]:
-    """The grid axes and, per cell in study order, its settings and headline numbers (summaries rebuilt from records)."""
+    """The grid axes and, per cell in study order, its settings and headline numbers (read from each cell's
+    summary.json, which the cell wrote when it completed; `memrisk report CELL` rebuilds one from its records)."""
     cells = RecordStore.existing(folder).read_json(layout.STUDY_CELLS)
     axes = list(dict.fromkeys(key for cell in cells for key in cell["changes"]))
     rows = []
@@ -49,7 +49,7 @@ def study_rows(folder: Path) -> tuple[list[str], list[MetricRow]]:
         path = Path(folder) / layout.CELLS / cell["name"]
         if not (path / layout.SUMMARY).is_file():
             raise MemriskError(f"study cell {cell['name']} is not complete; re-run `memrisk study` to finish it")
-        rows.append({"cell": cell["name"], **cell["changes"], **headline(rebuild_summary(path))})
+        rows.append({"cell": cell["name"], **cell["changes"], **headline(RecordStore.existing(path).read_json(layout.SUMMARY))})
     return axes, rows
 
 
