@@ -61,9 +61,10 @@ def run(source: Path, args: list[str], cwd: Path) -> None:
 
 
 def records(folder: Path) -> list[dict[str, Any]]:
-    """Every record of a run folder, sorted by example id."""
+    """Every record of a run folder, sorted by example id, without the wall-time columns (measurements)."""
     manifest = json.loads((folder / "manifest.json").read_text())
-    rows = [row for shard in manifest["shards"] for row in pq.read_table(folder / "records" / shard).to_pylist()]
+    rows = [{k: v for k, v in row.items() if not k.startswith("seconds.")}
+            for shard in manifest["shards"] for row in pq.read_table(folder / "records" / shard).to_pylist()]
     return sorted(rows, key=lambda row: row["example_id"])
 
 

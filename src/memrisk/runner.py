@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from memrisk.data.sources import Document, read_documents
 from memrisk.data.windows import Example, WindowSet, make_windows
 from memrisk.lock import locked_folder
 from memrisk.methods import Chunk, configured
+from memrisk.methods.base import TEACHER_FORCING, wall_time_column
 from memrisk.models.backend import LanguageModel, load_model
 from memrisk.models.memory import auto_batch_size, halving_on_oom
 from memrisk.store import RecordStore, refuse_changed_settings
@@ -109,12 +111,22 @@ def base_record(lm: LanguageModel, example: Example, scores: Any, i: int) -> dic
 def score_examples(
     config: ExperimentConfig, lm: LanguageModel, examples: Sequence[Example], setups: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    """Run the configured methods on a batch of examples and return one record per example."""
+    """Run the configured methods on a batch of examples and return one record per example.
+
+    Each record also gets the chunk's wall time per method (`seconds.<method>`, and `seconds.teacher_forcing`
+    for the shared teacher-forcing pass) divided evenly among its windows: the methods work on the whole batch.
+    """
     chunk = Chunk(config, lm, examples, setups or {})
+    started = time.perf_counter()
     records = [base_record(lm, example, chunk.scores, i) for i, example in enumerate(examples)]
+    seconds = {TEACHER_FORCING: time.perf_counter() - started}
     for method in configured(config):
+        started = time.perf_counter()
         for record, columns in zip(records, method.score(chunk)):
             record |= columns
+        seconds[method.name] = time.perf_counter() - started
+    for record in records:
+        record |= {wall_time_column(name): elapsed / len(examples) for name, elapsed in seconds.items()}
     return records
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from memrisk import cli
 from memrisk.config import load_config
+from memrisk.methods.base import is_measurement
 from memrisk.runner import run_experiment
 from tests.conftest import WORDS
 
@@ -45,10 +46,23 @@ def write_config(folder: Path, model_dir: Path, **overrides) -> Path:
 
 
 def records(out: Path) -> list[dict]:
-    """All records of a run folder, sorted by example id."""
+    """All records of a run folder, sorted by example id, without the wall-time columns (measurements, which
+    differ between identical runs)."""
     manifest = json.loads((out / "manifest.json").read_text())
     rows = [r for shard in manifest["shards"] for r in pq.read_table(out / "records" / shard).to_pylist()]
-    return sorted(rows, key=lambda r: r["example_id"])
+    return sorted(({k: v for k, v in r.items() if not is_measurement(k)} for r in rows), key=lambda r: r["example_id"])
+
+
+def test_every_record_holds_its_share_of_each_methods_wall_time(tmp_path, model_dir) -> None:
+    """`seconds.<method>` per window: the chunk's time for that method over its windows (equal within a chunk)."""
+    config = load_config(write_config(tmp_path, model_dir))
+    run_experiment(config, tmp_path / "out", progress=False)
+    rows = pq.read_table(tmp_path / "out" / "records").to_pylist()
+    timed = sorted(k for k in rows[0] if is_measurement(k))
+    assert timed == ["seconds.greedy", "seconds.probabilistic", "seconds.teacher_forcing"]
+    assert all(r[k] > 0 for r in rows for k in timed)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert "seconds" not in json.dumps(summary), "summary.json holds results only"
 
 
 def test_run_writes_records_summary_config_and_versions(tmp_path, model_dir) -> None:

@@ -23,6 +23,22 @@ from memrisk.models.backend import LanguageModel
 if TYPE_CHECKING:
     from memrisk.config import ExperimentConfig
 
+WALL_TIME = "seconds."
+TEACHER_FORCING = "teacher_forcing"
+"""The shared pass every chunk starts with (its ranks go into every record; `probabilistic` reads its p_z)."""
+
+
+def wall_time_column(method: str) -> str:
+    """The record column of one method's wall time per window: a measurement, not a result, so it differs
+    between otherwise identical runs and is left out of summary.json and of record comparisons."""
+    return WALL_TIME + method
+
+
+def is_measurement(column: str) -> bool:
+    """Whether a record column is a wall-time measurement (not reproducible bit for bit)."""
+    return column.startswith(WALL_TIME)
+
+
 Column = Callable[[str], np.ndarray]
 """`column(name)`: one record column of one dataset's windows as an array (list columns as object arrays)."""
 
