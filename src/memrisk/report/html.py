@@ -13,7 +13,7 @@ from memrisk.report.books_page import Books, books_section, load_books
 from memrisk.report.comparison_page import comparison_section
 from memrisk.report.markup import join, page
 from memrisk.report.run_page import Run, load_run, run_section
-from memrisk.report.study_page import study_section
+from memrisk.report.study_page import csv_text, study_section
 from memrisk.store import RecordStore
 
 Folder = Run | Books
@@ -65,8 +65,10 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
 def write_study_report(folder: Path, out: Path | None = None) -> Path:
     """Write the study page, its figures and study.csv into the study folder (or `out`); return the page's path."""
     store = RecordStore.existing(folder) if out is None else RecordStore(Path(out), {})
-    body, pics, table_csv = study_section(folder)
-    for pic in pics:
+    body, pics, table_csv, reproduced = study_section(folder)
+    for item in reproduced:
+        store.write_text(layout.figure_file(item.figure.slug, "csv"), csv_text(list(dict.fromkeys(k for r in item.rows for k in r)), item.rows))
+    for pic in pics + [item.picture for item in reproduced if item.picture is not None]:
         store.write_bytes(layout.figure_file(pic.name, "png"), pic.png)
         store.write_bytes(layout.figure_file(pic.name, "svg"), pic.svg)
     store.write_text(layout.STUDY_TABLE, table_csv)

@@ -13,6 +13,8 @@ from memrisk import layout
 from memrisk.errors import MemriskError
 from memrisk.report.figures import new_figure
 from memrisk.report.markup import Html, Picture, figure_html, join, note, picture, table, tag
+from memrisk.report.paper import Reproduced, reproduce
+from memrisk.report.study_data import load_study_data
 from memrisk.store import RecordStore
 
 MetricRow = dict[str, Any]
@@ -93,9 +95,33 @@ def axis_pictures(axes: list[str], metrics: list[str], rows: list[MetricRow]) ->
     return pics
 
 
-def study_section(folder: Path) -> tuple[Html, list[Picture], str]:
-    """The study's HTML section, its figures and its CSV."""
+def paper_section(reproduced: Sequence[Reproduced]) -> Html:
+    """The papers' figures and tables this study has the data for, each under its caption, with its CSV."""
+    if not reproduced:
+        return join([tag("h2", "Paper figures"), note(
+            "None of the papers' figures applies to this study's axes and methods; docs/figures.md lists what each one needs.")])
+    parts = [tag("h2", "Paper figures"), note("Each figure's data is in figures/NAME.csv next to its image.")]
+    for item in reproduced:
+        csv_link = tag("a", "CSV", href=layout.figure_file(item.figure.slug, "csv"))
+        if item.picture is not None:
+            parts.append(figure_html(item.picture))
+        else:
+            columns = list(dict.fromkeys(k for row in item.rows for k in row))
+            parts += [tag("h3", item.figure.caption),
+                      table(columns, [[_shown(row.get(c)) for c in columns] for row in item.rows]) if item.rows
+                      else note("No rows: the cells hold no windows this table counts.")]
+        parts.append(tag("p", csv_link, class_="note"))
+    return join(parts)
+
+
+def _shown(value: Any) -> Any:
+    return "—" if value is None else f"{value:.4g}" if isinstance(value, float) else value
+
+
+def study_section(folder: Path) -> tuple[Html, list[Picture], str, list[Reproduced]]:
+    """The study's HTML section, its figures, its CSV and the papers' figures it reproduces."""
     axes, rows = study_rows(folder)
+    reproduced = reproduce(load_study_data(folder))
     metrics = list(dict.fromkeys(k for row in rows for k in row if k not in axes and k != "cell"))
     columns = ["cell", *axes, *metrics]
     shown = [[row.get(c) if not isinstance(row.get(c), float) else f"{row[c]:.4g}" for c in columns] for row in rows]
@@ -105,6 +131,8 @@ def study_section(folder: Path) -> tuple[Html, list[Picture], str]:
         note(f"One row per cell ({layout.CELLS}/NAME, an ordinary run folder). Rates are shares of windows; "
              f"token evaluations are per window (CBS paper App. C.3). The same table is in {layout.STUDY_TABLE}."),
         table(columns, [["—" if v is None else v for v in r] for r in shown]),
+        paper_section(reproduced),
+        tag("h2", "Every number against every axis"),
         join(figure_html(pic) for pic in pics),
     ])
-    return body, pics, csv_text(columns, rows)
+    return body, pics, csv_text(columns, rows), reproduced

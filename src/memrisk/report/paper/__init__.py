@@ -1,0 +1,33 @@
+"""The papers' figures and tables that a study reproduces, each under its paper's number (docs/figures.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memrisk.report.markup import Picture, picture
+from memrisk.report.paper import cbs, npaper, prior_aware
+from memrisk.report.paper.base import PaperFigure, Rows
+from memrisk.report.study_data import StudyData
+
+FIGURES: tuple[PaperFigure, ...] = (*cbs.FIGURES, *npaper.FIGURES, *prior_aware.FIGURES)
+
+
+@dataclass(frozen=True)
+class Reproduced:
+    """One paper figure as this study draws it: its rows and, for a figure with rows, its picture."""
+
+    figure: PaperFigure
+    rows: Rows
+    picture: Picture | None
+
+
+def reproduce(study: StudyData) -> list[Reproduced]:
+    """Every registered figure the study has the data for, in registry order."""
+    out = []
+    for figure in FIGURES:
+        if not figure.applies(study):
+            continue
+        rows = figure.rows(study)
+        drawn = picture(figure.slug, figure.caption, figure.draw(rows)) if figure.draw is not None and rows else None
+        out.append(Reproduced(figure, rows, drawn))
+    return out

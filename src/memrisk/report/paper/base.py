@@ -1,0 +1,41 @@
+"""A figure or table of one of the papers, reproduced from a study: when it applies, the rows behind it, and how it is drawn.
+
+Each one writes `figures/<slug>.csv` (its rows) and, when it is a figure, `figures/<slug>.png`/`.svg`;
+the study page shows it under its caption, which names the paper and the figure or table number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from memrisk.report.study_data import StudyData
+
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """One paper figure (or table, when `draw` is None) as a study reproduces it."""
+
+    slug: str
+    """File name stem under figures/, e.g. `cbs-fig23-beam-width`."""
+    paper: str
+    """The paper, as the docs name it: `CBS`, `(n,p)`, `prior-aware`, `Books`."""
+    number: str
+    """Its figure or table number in that paper, e.g. `Figs. 23–25` or `Table 2`."""
+    title: str
+    """What it shows, one sentence."""
+    applies: Callable[[StudyData], bool]
+    """Whether the study has what it needs (e.g. a beam-width axis and CBS in every cell)."""
+    rows: Callable[[StudyData], Rows]
+    """The data behind it, one dict per plotted point or table row (written as CSV)."""
+    draw: Callable[[Rows], Figure] | None = None
+    """The picture from those rows; None for a table, which the page shows as rows."""
+
+    @property
+    def caption(self) -> str:
+        return f"{self.paper} paper {self.number}: {self.title}"
