@@ -68,6 +68,8 @@ class DatasetConfig(_Strict):
     id_field: str | None = None
     role: Literal["target", "control"] = "target"
     limit: int | None = Field(None, ge=1)
+    duplicates: int | None = Field(None, ge=0)
+    """How many times these documents occurred in the model's training data, where known ((n,p) paper Fig. 6)."""
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetConfig:

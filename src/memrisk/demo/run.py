@@ -56,7 +56,7 @@ def demo_config(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: s
     `generic_documents`), and the held-out control."""
     copies = sorted({p.copies for p in corpus.planted})
     datasets: list[dict[str, Any]] = [
-        {"name": f"planted-x{c}", "documents": [p.text for p in corpus.planted if p.copies == c]} for c in copies
+        {"name": f"planted-x{c}", "documents": [p.text for p in corpus.planted if p.copies == c], "duplicates": c} for c in copies
     ]
     datasets.append({"name": f"template-x{len(corpus.templates[0].copies)}", "documents": [t.text for t in corpus.templates]})
     datasets.append({"name": f"generic-x{len(generic)}", "documents": generic})
