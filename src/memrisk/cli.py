@@ -52,7 +52,7 @@ def _study(args: argparse.Namespace) -> None:
         print(f"{len(cells)} cells into {out}/:")
         print("\n".join("  " + line for line in dry_run_lines(cells)))
         return
-    summaries = run_study(args.study, out, force=args.force)
+    summaries = run_study(args.study, out, force=args.force, ray=args.ray is not None, ray_address=args.ray or None)
     with locked_folder(out):
         report = write_report([out])
     print(f"{len(summaries)} cells in {out}/cells/: " + ", ".join(summaries))
@@ -172,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("--out", help="output folder (default: studies-out/<study name>)")
     study.add_argument("--force", action="store_true", help="discard the cells of a different study and start again")
     study.add_argument("--dry-run", action="store_true", help="list the cells and their cost per window; load no model")
+    study.add_argument(
+        "--ray", nargs="?", const="", metavar="ADDRESS",
+        help="run each cell's chunks on a Ray cluster (one pool of workers per model), ADDRESS as for `memrisk run --ray`",
+    )
     study.set_defaults(handler=_study)
 
     report = sub.add_parser(

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,15 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from memrisk.config import ExperimentConfig
+from memrisk.decoding import DecodingPolicy
 from memrisk.data.sources import Document
 from memrisk.data.windows import Example
 from memrisk.errors import MemriskError, first_line
+from memrisk.methods.shared import SharedPasses
 from memrisk.runner import (
     Plan,
     finish_run,
+    fitting_batch_size,
     load_documents,
     load_run_model,
     open_run_store,
@@ -51,19 +55,23 @@ def _import_ray() -> Any:
 
 
 class ScoringWorker:
-    """One model replica on a Ray worker: plans the run and scores chunks of examples.
+    """One model replica on a Ray worker: plans runs and scores chunks of examples, for every run (study cell)
+    that uses its model; what cells agree on is computed once per worker (`SharedPasses`).
 
     The model is loaded by the first call, so a load error reaches the driver as the
     error it is instead of a dead actor.
     """
 
-    def __init__(self, config: ExperimentConfig) -> None:
+    def __init__(self, config: ExperimentConfig, policies: Sequence[DecodingPolicy] = ()) -> None:
         self.config = config
         self.lm = None
+        self.passes = SharedPasses(policies)
 
-    def _model(self) -> Any:
+    def _model(self, config: ExperimentConfig | None = None) -> Any:
         if self.lm is None:
             self.lm = load_run_model(self.config)
+        if config is not None and config.model.batch_size == "auto":
+            self.lm.batch_size = fitting_batch_size(config, self.lm)
         return self.lm
 
     def describe(self) -> dict[str, Any]:
@@ -73,13 +81,13 @@ class ScoringWorker:
         lm = self._model()
         return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(), "device": str(lm.device), "batch_size": lm.batch_size}
 
-    def plan(self, documents: dict[str, list[Document]]) -> Plan:
+    def plan(self, documents: dict[str, list[Document]], config: ExperimentConfig) -> Plan:
         """The run's examples, windowing report, prior-aware setup and provenance."""
-        return plan_run(self.config, self._model(), documents)
+        return plan_run(config, self._model(config), documents)
 
-    def score(self, chunk: Sequence[Example], setups: dict[str, Any]) -> list[dict[str, Any]]:
+    def score(self, chunk: Sequence[Example], setups: dict[str, Any], config: ExperimentConfig) -> list[dict[str, Any]]:
         """Records of one chunk (the batch is halved on out-of-memory, as locally)."""
-        return score_chunk(self.config, self._model(), chunk, setups)
+        return score_chunk(config, self._model(config), chunk, setups, self.passes)
 
 
 @dataclass
@@ -100,11 +108,12 @@ class PoolReport:
 class WorkerPool:
     """Ray actors holding model replicas; a dead one is replaced on the spot."""
 
-    def __init__(self, ray: Any, config: ExperimentConfig, count: int, cpus: float, gpus: float, report: PoolReport) -> None:
-        self.ray, self.config, self.report = ray, config, report
+    def __init__(self, ray: Any, config: ExperimentConfig, count: int, cpus: float, gpus: float, report: PoolReport,
+                 policies: Sequence[DecodingPolicy] = ()) -> None:
+        self.ray, self.config, self.report, self.policies = ray, config, report, tuple(policies)
         quiet = {"env_vars": {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}}
         self.remote_class = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0, runtime_env=quiet)(ScoringWorker)
-        self.actors = [self.remote_class.remote(config) for _ in range(count)]
+        self.actors = [self.remote_class.remote(config, self.policies) for _ in range(count)]
         self.replacement_calls: list[Any] = []
         report.workers = self._started()
 
@@ -135,7 +144,7 @@ class WorkerPool:
     def replace(self, actor: Any) -> Any:
         """A fresh worker in place of a dead one."""
         self.ray.kill(actor, no_restart=True)
-        fresh = self.remote_class.remote(self.config)
+        fresh = self.remote_class.remote(self.config, self.policies)
         self.actors[self.actors.index(actor)] = fresh
         self.replacement_calls.append(fresh.describe.remote())
         self.report.replaced_workers += 1
@@ -149,14 +158,16 @@ class WorkerPool:
             except self.ray.exceptions.RayActorError:
                 continue
 
-    def plan(self, documents: dict[str, list[Document]]) -> Plan:
-        """Plan the run on the first worker (another one if it dies)."""
-        return self._result(0, self.actors[0].plan.remote(documents), "plan", documents, what="planning the run")
+    def plan(self, documents: dict[str, list[Document]], config: ExperimentConfig) -> Plan:
+        """Plan a run of this pool's model on the first worker (another one if it dies)."""
+        call = self.actors[0].plan.remote(documents, config)
+        return self._result(0, call, "plan", documents, config, what="planning the run")
 
-    def score(self, todo: list[Sequence[Example]], setups: dict[str, Any], commit: Callable[[list[dict[str, Any]]], None], bar: tqdm) -> None:
+    def score(self, todo: list[Sequence[Example]], setups: dict[str, Any], commit: Callable[[list[dict[str, Any]]], None],
+              bar: tqdm, config: ExperimentConfig) -> None:
         """Score every chunk; commit their records in chunk order; redo the chunks of dead workers."""
         ray = self.ray
-        setups_ref = ray.put(setups)
+        setups_ref, config_ref = ray.put(setups), ray.put(config)
         queue, idle = deque(range(len(todo))), list(self.actors)
         in_flight: dict[Any, tuple[Any, int]] = {}
         finished: dict[int, list[dict[str, Any]]] = {}
@@ -165,7 +176,7 @@ class WorkerPool:
         while queue or in_flight:
             while idle and queue:
                 actor, index = idle.pop(), queue.popleft()
-                in_flight[actor.score.remote(todo[index], setups_ref)] = (actor, index)
+                in_flight[actor.score.remote(todo[index], setups_ref, config_ref)] = (actor, index)
             (ready,), _ = ray.wait(list(in_flight), num_returns=1)
             actor, index = in_flight.pop(ready)
             try:
@@ -214,44 +225,64 @@ def worker_resources(config: ExperimentConfig, cluster: dict[str, float]) -> tup
     return count, cpus, gpus
 
 
-def run_experiment_on_ray(
-    config: ExperimentConfig, out_dir: str | Path, *, address: str | None = None, force: bool = False, progress: bool = True
-) -> dict[str, Any]:
-    """Run (or resume) an experiment on a Ray cluster into `out_dir`; the records equal a local run's.
-
-    `address` is a running cluster (`HOST:PORT`, `ray://HOST:PORT` or `auto`); without one,
-    `RAY_ADDRESS` or a cluster started on this machine is used, else a local one is started.
-    A process already connected (`ray.init` called by the caller) keeps its connection.
-    """
+@contextmanager
+def ray_connection(address: str | None) -> Iterator[Any]:
+    """The `ray` module, connected to `address` (a running cluster: `HOST:PORT`, `ray://HOST:PORT` or `auto`;
+    without one, `RAY_ADDRESS` or a cluster started on this machine, else a local one is started).
+    A process already connected (`ray.init` called by the caller) keeps its connection."""
     ray = _import_ray()
     connected_here = not ray.is_initialized()
     if connected_here:
         ray.init(address=address, logging_level=logging.WARNING, configure_logging=False)
-    pool = None
     try:
-        documents = load_documents(config)
-        identity = run_identity(config, documents)
-        with locked_folder(out_dir):
-            if not force:
-                refuse_changed_settings(Path(out_dir), identity)
-            count, cpus, gpus = worker_resources(config, ray.cluster_resources())
-            report = PoolReport(ray.get_runtime_context().gcs_address, ray.__version__, cpus, gpus)
-            pool = WorkerPool(ray, config, count, cpus, gpus, report)
-            plan = pool.plan(documents)
-            store = open_run_store(config, out_dir, plan, identity, force=force)
-            todo = pending_chunks(config, plan, store)
-            remaining = sum(len(chunk) for chunk in todo)
-            bar = tqdm(
-                total=len(plan.examples), initial=len(plan.examples) - remaining, unit="ex",
-                desc=f"examples ({len(pool.actors)} Ray workers)", disable=not progress,
-            )
-            pool.score(todo, plan.setups, store.append, bar)
-            bar.close()
-            pool.describe_replacements()
-            store.write_json(RAY_RUN, asdict(report))
-            return finish_run(config, plan, store)
+        yield ray
     finally:
-        if pool is not None:
-            pool.close()
         if connected_here:
             ray.shutdown()
+
+
+@contextmanager
+def worker_pool(ray: Any, config: ExperimentConfig, policies: Sequence[DecodingPolicy] = ()) -> Iterator[WorkerPool]:
+    """Workers holding `config`'s model, sized to the cluster; stopped on exit."""
+    count, cpus, gpus = worker_resources(config, ray.cluster_resources())
+    report = PoolReport(ray.get_runtime_context().gcs_address, ray.__version__, cpus, gpus)
+    pool = WorkerPool(ray, config, count, cpus, gpus, report, policies)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def run_on_pool(pool: WorkerPool, config: ExperimentConfig, out_dir: str | Path, *, force: bool = False,
+                progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) an experiment into `out_dir` with a pool of workers holding its model; the records equal a local run's."""
+    documents = load_documents(config)
+    identity = run_identity(config, documents)
+    with locked_folder(out_dir):
+        if not force:
+            refuse_changed_settings(Path(out_dir), identity)
+        plan = pool.plan(documents, config)
+        store = open_run_store(config, out_dir, plan, identity, force=force)
+        todo = pending_chunks(config, plan, store)
+        remaining = sum(len(chunk) for chunk in todo)
+        bar = tqdm(
+            total=len(plan.examples), initial=len(plan.examples) - remaining, unit="ex",
+            desc=f"examples ({len(pool.actors)} Ray workers)", disable=not progress,
+        )
+        pool.score(todo, plan.setups, store.append, bar, config)
+        bar.close()
+        pool.describe_replacements()
+        store.write_json(RAY_RUN, asdict(pool.report))
+        return finish_run(config, plan, store)
+
+
+def run_experiment_on_ray(
+    config: ExperimentConfig, out_dir: str | Path, *, address: str | None = None, force: bool = False, progress: bool = True
+) -> dict[str, Any]:
+    """Run (or resume) an experiment on a Ray cluster (see `ray_connection` for `address`) into `out_dir`;
+    the records equal a local run's."""
+    documents = load_documents(config)
+    if not force:
+        refuse_changed_settings(Path(out_dir), run_identity(config, documents))  # before any worker loads a model
+    with ray_connection(address) as ray, worker_pool(ray, config) as pool:
+        return run_on_pool(pool, config, out_dir, force=force, progress=progress)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from memrisk.data.windows import Example, WindowSet, make_windows
 from memrisk.lock import locked_folder
 from memrisk.methods import Chunk, configured
 from memrisk.methods.base import TEACHER_FORCING, wall_time_column
+from memrisk.methods.shared import SharedPasses
 from memrisk.models.backend import LanguageModel, load_model
 from memrisk.models.memory import auto_batch_size, halving_on_oom
 from memrisk.store import RecordStore, refuse_changed_settings
@@ -109,22 +109,23 @@ def base_record(lm: LanguageModel, example: Example, scores: Any, i: int) -> dic
 
 
 def score_examples(
-    config: ExperimentConfig, lm: LanguageModel, examples: Sequence[Example], setups: dict[str, Any] | None = None
+    config: ExperimentConfig, lm: LanguageModel, examples: Sequence[Example], setups: dict[str, Any] | None = None,
+    passes: SharedPasses | None = None,
 ) -> list[dict[str, Any]]:
     """Run the configured methods on a batch of examples and return one record per example.
 
     Each record also gets the chunk's wall time per method (`seconds.<method>`, and `seconds.teacher_forcing`
     for the shared teacher-forcing pass) divided evenly among its windows: the methods work on the whole batch.
+    In a study, `passes` holds what other cells computed for the same windows and settings (reused, with its time).
     """
-    chunk = Chunk(config, lm, examples, setups or {})
-    started = time.perf_counter()
-    records = [base_record(lm, example, chunk.scores, i) for i, example in enumerate(examples)]
-    seconds = {TEACHER_FORCING: time.perf_counter() - started}
+    chunk = Chunk(config, lm, examples, setups or {}, passes or SharedPasses())
+    scores, seconds_tf = chunk.teacher_forcing
+    records = [base_record(lm, example, scores, i) for i, example in enumerate(examples)]
+    seconds = {TEACHER_FORCING: seconds_tf}
     for method in configured(config):
-        started = time.perf_counter()
-        for record, columns in zip(records, method.score(chunk)):
-            record |= columns
-        seconds[method.name] = time.perf_counter() - started
+        columns, seconds[method.name] = chunk.method_columns(method)
+        for record, values in zip(records, columns):
+            record |= values
     for record in records:
         record |= {wall_time_column(name): elapsed / len(examples) for name, elapsed in seconds.items()}
     return records
@@ -209,9 +210,11 @@ def setup_infos(config: ExperimentConfig, plan: Plan) -> dict[str, dict[str, Any
     return {name: info for name, info in infos.items() if info is not None}
 
 
-def score_chunk(config: ExperimentConfig, lm: LanguageModel, chunk: Sequence[Example], setups: dict[str, Any]) -> list[dict[str, Any]]:
+def score_chunk(
+    config: ExperimentConfig, lm: LanguageModel, chunk: Sequence[Example], setups: dict[str, Any], passes: SharedPasses | None = None
+) -> list[dict[str, Any]]:
     """Records of one chunk; on out-of-memory the batch is halved and the chunk redone."""
-    return halving_on_oom(lm, lambda: score_examples(config, lm, chunk, setups))
+    return halving_on_oom(lm, lambda: score_examples(config, lm, chunk, setups, passes))
 
 
 def finish_run(config: ExperimentConfig, plan: Plan, store: RecordStore) -> dict[str, Any]:
@@ -228,6 +231,7 @@ def run_experiment(
     model: LanguageModel | None = None,
     force: bool = False,
     progress: bool = True,
+    passes: SharedPasses | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) an experiment into `out_dir` and return its summary.
 
@@ -247,7 +251,7 @@ def run_experiment(
         remaining = sum(len(chunk) for chunk in todo)
         bar = tqdm(total=len(plan.examples), initial=len(plan.examples) - remaining, desc="examples", unit="ex", disable=not progress)
         for chunk in todo:
-            store.append(score_chunk(config, lm, chunk, plan.setups))
+            store.append(score_chunk(config, lm, chunk, plan.setups, passes))
             bar.update(len(chunk))
         bar.close()
         return finish_run(config, plan, store)

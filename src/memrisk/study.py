@@ -13,6 +13,7 @@ import copy
 import itertools
 import re
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,10 @@ from memrisk.layout import CELLS
 from memrisk.config import ExperimentConfig, parse_config, read_yaml_mapping, validated
 from memrisk.errors import MemriskError
 from memrisk.lock import locked_folder
+from memrisk.decoding import DecodingPolicy
+from memrisk.distributed import ray_connection, run_on_pool, worker_pool
 from memrisk.methods import configured
+from memrisk.methods.shared import SharedPasses
 from memrisk.models.backend import LanguageModel
 from memrisk.runner import fitting_batch_size, load_documents, load_run_model, run_experiment
 from memrisk.store import RecordStore, refuse_changed_settings, remove_temporary_files
@@ -153,6 +157,55 @@ def dry_run_lines(cells: list[Cell]) -> list[str]:
     return lines
 
 
+def policies_of(cells: list[Cell], model_settings: dict[str, Any]) -> list[DecodingPolicy]:
+    """Every decoding policy of the cells that use this model: one teacher-forcing pass scores them all."""
+    return [p.policy() for cell in cells if cell.config.model.model_dump() == model_settings for p in cell.config.policies]
+
+
+class LocalCells:
+    """Runs cells in this process: cells with the same `model` settings share one loaded model (the last one is kept)
+    and the passes they agree on."""
+
+    def __init__(self, cells: list[Cell], load: Callable[[ExperimentConfig], LanguageModel], force: bool, progress: bool) -> None:
+        self.cells, self.load, self.force, self.progress = cells, load, force, progress
+        self.loaded: tuple[dict[str, Any], LanguageModel, SharedPasses] | None = None
+
+    def run(self, cell: Cell, folder: Path) -> dict[str, Any]:
+        settings = cell.config.model.model_dump()
+        if self.loaded is None or self.loaded[0] != settings:
+            self.loaded = None  # the previous model and its shared passes are released before the next one loads
+            self.loaded = (settings, self.load(cell.config), SharedPasses(policies_of(self.cells, settings)))
+        elif cell.config.model.batch_size == "auto":
+            self.loaded[1].batch_size = fitting_batch_size(cell.config, self.loaded[1])  # e.g. a wider beam needs a smaller batch
+        _, lm, passes = self.loaded
+        return run_experiment(cell.config, folder, model=lm, force=self.force, progress=self.progress, passes=passes)
+
+    def close(self) -> None:
+        self.loaded = None
+
+
+class RayCells:
+    """Runs cells on a Ray cluster: one pool of workers per model, kept while consecutive cells use it;
+    each cell's chunks go to whichever worker is free."""
+
+    def __init__(self, ray: Any, cells: list[Cell], force: bool, progress: bool) -> None:
+        self.ray, self.cells, self.force, self.progress = ray, cells, force, progress
+        self.pool: tuple[dict[str, Any], ExitStack, Any] | None = None
+
+    def run(self, cell: Cell, folder: Path) -> dict[str, Any]:
+        settings = cell.config.model.model_dump()
+        if self.pool is None or self.pool[0] != settings:
+            self.close()
+            stack = ExitStack()
+            self.pool = (settings, stack, stack.enter_context(worker_pool(self.ray, cell.config, policies_of(self.cells, settings))))
+        return run_on_pool(self.pool[2], cell.config, folder, force=self.force, progress=self.progress)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool[1].close()
+            self.pool = None
+
+
 def run_study(
     path: str | Path,
     out_dir: str | Path,
@@ -160,22 +213,29 @@ def run_study(
     force: bool = False,
     progress: bool = True,
     load: Callable[[ExperimentConfig], LanguageModel] = load_run_model,
+    ray: bool = False,
+    ray_address: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run (or resume) every cell of a study into `out_dir/cells/` and return each cell's summary.
 
-    Cells with the same `model` settings share one loaded model (the last one is kept); complete
-    cells are read, not run.
+    Locally, cells with the same `model` settings share one loaded model and the passes they agree on
+    (teacher forcing, and each method whose settings match); with `ray`, one pool of workers per model
+    (`ray_address` as `memrisk run --ray` takes it). Complete cells are read, not run.
     """
     study, cells = load_study(path)
     out = Path(out_dir)
     identity = study_identity(cells)
-    with locked_folder(out):
+    with locked_folder(out), ExitStack() as stack:
         if not force:
             refuse_changed_settings(out, identity)
         store = RecordStore.open(out, study.model_dump(mode="json"), identity, force=force)
         store.write_json(layout.STUDY_CELLS, [{"name": cell.name, "changes": cell.changes} for cell in cells])
+        if ray:
+            runner: LocalCells | RayCells = RayCells(stack.enter_context(ray_connection(ray_address)), cells, force, progress)
+        else:
+            runner = LocalCells(cells, load, force, progress)
+        stack.callback(runner.close)
         summaries: dict[str, dict[str, Any]] = {}
-        loaded: tuple[dict[str, Any], LanguageModel] | None = None
         bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)
         for cell in bar:
             folder = out / CELLS / cell.name
@@ -186,12 +246,6 @@ def run_study(
                     summaries[cell.name] = RecordStore.existing(folder).read_json(layout.SUMMARY)
                 continue
             load_documents(cell.config)  # a missing data file is reported before a model is loaded for it
-            model_settings = cell.config.model.model_dump()
-            if loaded is None or loaded[0] != model_settings:
-                loaded = None  # the previous model is released before the next one loads
-                loaded = (model_settings, load(cell.config))
-            elif cell.config.model.batch_size == "auto":
-                loaded[1].batch_size = fitting_batch_size(cell.config, loaded[1])  # e.g. a wider beam needs a smaller batch
-            summaries[cell.name] = run_experiment(cell.config, folder, model=loaded[1], force=force, progress=progress)
+            summaries[cell.name] = runner.run(cell, folder)
         bar.close()
         return summaries

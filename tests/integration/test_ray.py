@@ -15,12 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from memrisk.config import load_config
 from memrisk.distributed import run_experiment_on_ray, worker_resources
 from memrisk.layout import RAY_RUN
 from memrisk.errors import MemriskError
 from memrisk.runner import run_experiment
+from memrisk.study import run_study
 from tests import numerics
 from tests.conftest import TINY_HIDDEN, word_tokenizer
 from tests.numerics import reorder_tolerance
@@ -192,6 +194,21 @@ def test_bad_model_fails_with_one_error_and_writes_nothing(tmp_path, ray_cluster
     assert finished.returncode == 2
     assert f"memrisk: error: could not load model '{tmp_path / 'no-such-model'}'" in finished.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_study_on_ray_keeps_one_pool_for_its_model_and_equals_the_local_study(tmp_path, ray_cluster, model_dir) -> None:
+    """Two cells (B = 1, 2) on 2 workers: the same workers (one model load each) score both cells, and every
+    cell's records equal the local study's within the float32 reordering bound."""
+    base = yaml.safe_load(write_config(tmp_path, model_dir, **EXPERIMENT | {"methods": ["probabilistic", "cbs"]}).read_text())
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"base": base, "grid": {"cbs.beam_width": [1, 2]}}))
+    run_study(study, tmp_path / "local", progress=False)
+    run_study(study, tmp_path / "ray", progress=False, ray=True, ray_address=ray_cluster)
+    pools = []
+    for cell in ("beam_width=1", "beam_width=2"):
+        assert_same_records(records(tmp_path / "ray" / "cells" / cell), records(tmp_path / "local" / "cells" / cell))
+        pools.append(sorted(w["pid"] for w in json.loads((tmp_path / "ray" / "cells" / cell / "ray_run.json").read_text())["workers"]))
+    assert pools[0] == pools[1] and len(pools[0]) == 2
 
 
 def test_missing_ray_is_one_clear_error(tmp_path, model_dir, monkeypatch) -> None:

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from memrisk.cli import main
 from memrisk.errors import MemriskError
+from memrisk.methods.base import is_measurement
 from memrisk.runner import load_run_model, run_experiment
 from memrisk.study import cell_name, load_study, run_study, set_dotted
 from tests.integration.test_run import records, write_config
 
 
-def write_study(folder, model_dir, grid) -> str:
-    """A study over test_run's experiment (probabilistic + CBS) with `grid`."""
-    base = yaml.safe_load(write_config(folder, model_dir, methods=["probabilistic", "cbs"]).read_text())
+def write_study(folder, model_dir, grid, methods=("probabilistic", "cbs")) -> str:
+    """A study over test_run's experiment (by default probabilistic + CBS) with `grid`."""
+    base = yaml.safe_load(write_config(folder, model_dir, methods=list(methods)).read_text())
     path = folder / "study.yaml"
     path.write_text(yaml.safe_dump({"base": base, "grid": grid}))
     return str(path)
@@ -44,6 +46,37 @@ def test_each_cell_equals_memrisk_run_of_its_config_and_the_model_loads_once(tmp
         single = run_experiment(cell.config, tmp_path / "single" / cell.name, progress=False)
         assert records(tmp_path / "out" / "cells" / cell.name) == records(tmp_path / "single" / cell.name)
         assert summaries[cell.name] == single
+
+
+def wall_times(out, name: str) -> list[dict[str, float]]:
+    """Each record's `seconds.*` columns, by example id: a reused pass carries the time it took where it was computed."""
+    rows = pq.read_table(out / "cells" / name / "records").to_pylist()
+    return [{k: v for k, v in r.items() if is_measurement(k)} for r in sorted(rows, key=lambda r: r["example_id"])]
+
+
+def test_cells_that_agree_on_a_pass_share_it_and_still_equal_their_own_runs(tmp_path, model_dir) -> None:
+    """Cells differing in their policies share one teacher-forcing pass (scored under the union of their
+    policies) and, since the CBS policy and settings agree, one CBS pass; greedy is shared by all. Every cell's
+    records still equal `memrisk run` of its config, bitwise (each policy's scores are its own)."""
+    grid = {"policies": [[{"top_k": 3}, {"name": "full"}], [{"top_k": 3}, {"top_k": 2, "temperature": 0.7}]],
+            "cbs.epsilon": [0, 1]}
+    study = write_study(tmp_path, model_dir, grid, methods=("probabilistic", "greedy", "cbs"))
+    run_study(study, tmp_path / "out", progress=False)
+    _, cells = load_study(study)
+    for cell in cells:
+        run_experiment(cell.config, tmp_path / "single" / cell.name, progress=False)
+        assert records(tmp_path / "out" / "cells" / cell.name) == records(tmp_path / "single" / cell.name)
+    times = {cell.name: wall_times(tmp_path / "out", cell.name) for cell in cells}
+    first, *others = cells
+    for cell in others:
+        for mine, theirs in zip(times[cell.name], times[first.name]):
+            assert mine["seconds.teacher_forcing"] == theirs["seconds.teacher_forcing"], "one teacher-forcing pass"
+            assert mine["seconds.greedy"] == theirs["seconds.greedy"], "one greedy pass"
+    cbs_times = {cell.name: [r["seconds.cbs"] for r in times[cell.name]] for cell in cells}
+    for a in cells:
+        for b in cells:
+            same = a.config.cbs.epsilon == b.config.cbs.epsilon  # the CBS policy (top-3) is the same in every cell
+            assert (cbs_times[a.name] == cbs_times[b.name]) == same, f"{a.name} and {b.name}"
 
 
 def test_a_rerun_runs_only_the_missing_cells_and_a_changed_study_is_refused(tmp_path, model_dir) -> None:

@@ -40,6 +40,13 @@ class VerbatimScores:
         """The settings behind these scores: teacher forcing under each policy ((n,p) paper §3)."""
         return signature("teacher_forcing", policies=",".join(p.name for p in self.policies))
 
+    def select(self, policies: Sequence[DecodingPolicy]) -> VerbatimScores:
+        """The scores of some of these policies, in the order given (each policy's scores are its own)."""
+        index = [self.policies.index(p) for p in policies]
+        if index == list(range(len(self.policies))):
+            return self
+        return VerbatimScores(tuple(policies), self.log_p[:, index], self.token_log_probs[:, index], self.ranks, self.suffix_lengths)
+
     @property
     def argmax_match(self) -> np.ndarray:
         """Per example: is every target token the argmax (the teacher-forced greedy check)?"""

@@ -18,6 +18,7 @@ import numpy as np
 from memrisk.data.sources import Document
 from memrisk.data.windows import Example
 from memrisk.extraction.probabilistic import VerbatimScores, verbatim_scores
+from memrisk.methods.shared import SharedPasses, settings_key, timed
 from memrisk.models.backend import LanguageModel
 
 if TYPE_CHECKING:
@@ -52,6 +53,15 @@ class Chunk:
     lm: LanguageModel
     examples: Sequence[Example]
     setups: Mapping[str, Any] = field(default_factory=dict)
+    passes: SharedPasses = field(default_factory=SharedPasses)
+    """Results other cells of a study computed for the same windows (a fresh, empty one in a single run)."""
+
+    @cached_property
+    def key(self) -> tuple:
+        """What a chunk's results depend on besides the settings: the batch layout, the window ids (Monte Carlo's
+        seeds) and every window's tokens."""
+        windows = tuple((e.example_id, tuple(p), tuple(s)) for e, p, s in zip(self.examples, self.prefixes, self.suffixes))
+        return (self.lm.batch_size, windows)
 
     @cached_property
     def prefixes(self) -> list[list[int]]:
@@ -68,9 +78,25 @@ class Chunk:
         return [bos + len(p) + len(s) for p, s in zip(self.prefixes, self.suffixes)]
 
     @cached_property
+    def teacher_forcing(self) -> tuple[VerbatimScores, float]:
+        """Teacher forcing of every suffix under every configured policy ((n,p) paper §3, eq. 1), and its wall time;
+        one pass covers the policies of every cell that shares it, and each policy's scores are its own."""
+        policies = [p.policy() for p in self.config.policies]
+        covered = self.passes.covering(policies)
+        scores, seconds = self.passes.get((TEACHER_FORCING, covered, self.key),
+                                          lambda: verbatim_scores(self.lm, self.prefixes, self.suffixes, covered))
+        return scores.select(policies), seconds
+
+    @property
     def scores(self) -> VerbatimScores:
-        """Teacher forcing of every suffix under every configured policy ((n,p) paper §3, eq. 1)."""
-        return verbatim_scores(self.lm, self.prefixes, self.suffixes, [p.policy() for p in self.config.policies])
+        return self.teacher_forcing[0]
+
+    def method_columns(self, method: RunMethod) -> tuple[list[dict[str, Any]], float]:
+        """A method's columns for this chunk and their wall time, reused when a cell with the same settings computed them."""
+        settings = method.shared_settings(self.config)
+        if settings is None:
+            return timed(lambda: method.score(self))
+        return self.passes.get((method.name, settings_key(settings), self.key), lambda: method.score(self))
 
 
 class RunMethod(Protocol):
@@ -98,6 +124,10 @@ class RunMethod(Protocol):
 
     def score(self, chunk: Chunk) -> list[dict[str, Any]]:
         """Its record columns for every example of the chunk, in order."""
+
+    def shared_settings(self, config: ExperimentConfig) -> Any | None:
+        """The settings its columns depend on besides the model and the windows, so study cells that agree on them
+        share one computation (None: computed in every cell)."""
 
     def summarise(self, column: Column, config: ExperimentConfig) -> dict[str, Any]:
         """Its entries of one dataset's summary (keys of `summary.json` → datasets → NAME)."""
@@ -128,6 +158,9 @@ class MethodDefaults:
 
     def summarise_run(self, rows: dict[str, list], config: ExperimentConfig) -> dict[str, Any]:
         return {}
+
+    def shared_settings(self, config: ExperimentConfig) -> Any | None:
+        return None
 
     def extracted(self, column: Column, config: ExperimentConfig) -> dict[str, np.ndarray]:
         return {}

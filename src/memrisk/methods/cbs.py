@@ -148,6 +148,10 @@ class CBS(MethodDefaults):
                 record |= text_record(config, lm, result, lm.decode(example.window.suffix_ids), separate=pruned)
         return records
 
+    def shared_settings(self, config: ExperimentConfig) -> Any | None:
+        return {"cbs": config.cbs.model_dump(exclude={"policy"}), "policy": repr(config.cbs_policy().policy()),
+                "tau_min": config.tau_min}
+
     def summarise(self, column: Column, config: ExperimentConfig) -> dict[str, Any]:
         """Near-verbatim rates from LB_ε per ε, the certificate UB_ε − LB_ε, verdict counts (CBS §F.1.2) and recovery of verbatim p_z."""
         tau = config.tau_min

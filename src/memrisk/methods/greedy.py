@@ -40,6 +40,9 @@ class Greedy(MethodDefaults):
             for g, evals in zip(results, chunk.one_pass)
         ]
 
+    def shared_settings(self, config: ExperimentConfig) -> Any | None:
+        return {}
+
     def summarise(self, column: Column, config: ExperimentConfig) -> dict[str, Any]:
         """Greedy verbatim rate, near-verbatim rates per ε ≤ E (the config's ε) and the teacher-forcing cross-check."""
         exact = column("greedy_exact")

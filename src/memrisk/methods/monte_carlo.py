@@ -62,6 +62,9 @@ class MonteCarlo(MethodDefaults):
             })
         return records
 
+    def shared_settings(self, config: ExperimentConfig) -> Any | None:
+        return {"mc": config.mc.model_dump(exclude={"policy"}), "policy": repr(config.mc_policy().policy())}
+
     def summarise(self, column: Column, config: ExperimentConfig) -> dict[str, Any]:
         """Per budget and ε: the mean estimate and the share of windows with p̂_{z,ε} ≥ τ_min."""
         estimate = estimates(column("mc_estimate"))
