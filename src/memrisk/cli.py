@@ -44,13 +44,15 @@ def _study(args: argparse.Namespace) -> None:
     from memrisk.layout import STUDY_TABLE
     from memrisk.lock import locked_folder
     from memrisk.report.html import write_report
-    from memrisk.study import dry_run_lines, load_study, run_study
+    from memrisk.study import cost_estimate_lines, dry_run_lines, load_study, run_study
 
     out = Path(args.out) if args.out else Path("studies-out") / Path(args.study).stem
     if args.dry_run:
         _, cells = load_study(args.study)
         print(f"{len(cells)} cells into {out}/:")
         print("\n".join("  " + line for line in dry_run_lines(cells)))
+        print("estimated cost (tokenizers and model configs read, no weights):")
+        print("\n".join("  " + line for line in cost_estimate_lines(cells, out)))
         return
     summaries = run_study(args.study, out, force=args.force, ray=args.ray is not None, ray_address=args.ray or None)
     with locked_folder(out):
@@ -171,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("study", help="study YAML: base (an experiment config or its path), grid and/or cells")
     study.add_argument("--out", help="output folder (default: studies-out/<study name>)")
     study.add_argument("--force", action="store_true", help="discard the cells of a different study and start again")
-    study.add_argument("--dry-run", action="store_true", help="list the cells and their cost per window; load no model")
+    study.add_argument("--dry-run", action="store_true", help="list the cells, their cost per window and their estimated token evaluations and wall time; load no weights")
     study.add_argument(
         "--ray", nargs="?", const="", metavar="ADDRESS",
         help="run each cell's chunks on a Ray cluster (one pool of workers per model), ADDRESS as for `memrisk run --ray`",

@@ -10,6 +10,7 @@ and is not run again; a study re-run with other cells or settings is refused.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import re
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 
@@ -30,9 +33,12 @@ from memrisk.decoding import DecodingPolicy
 from memrisk.distributed import ray_connection, run_on_pool, worker_pool
 from memrisk.methods import configured
 from memrisk.methods.shared import SharedPasses
-from memrisk.models.backend import LanguageModel
-from memrisk.runner import fitting_batch_size, load_documents, load_run_model, run_experiment
+from memrisk.methods.base import is_measurement
+from memrisk.models.backend import LanguageModel, load_model, resolve_device
+from memrisk.models.throughput import device_peak_flops, forward_flops
+from memrisk.runner import build_examples, fitting_batch_size, load_documents, load_run_model, run_experiment
 from memrisk.store import RecordStore, refuse_changed_settings, remove_temporary_files
+from memrisk.summary import TOKEN_EVALS
 
 class NamedCell(BaseModel):
     """One hand-named cell: its changes to the base config."""
@@ -144,6 +150,51 @@ def study_identity(cells: list[Cell]) -> dict[str, Any]:
 def is_complete(folder: Path) -> bool:
     """A cell whose summary is written has every record (the runner writes the summary last)."""
     return (folder / layout.SUMMARY).is_file()
+
+
+def cost_estimate_lines(cells: list[Cell], out: Path) -> list[str]:
+    """Per cell: its windows, the most token evaluations its methods spend on them, and the wall time that needs at
+    least (2 × parameters FLOPs per token evaluation at the device's measured matmul peak) and, once cells of this
+    study are complete, at the seconds per token evaluation they measured. Reads tokenizers and model configs, no weights."""
+    measured = measured_rate(out)
+    lines = []
+    for cell in cells:
+        m = cell.config.model
+        lm, parameters = skeleton(m.name, m.revision, m.gguf_file)
+        peak = device_peak(str(resolve_device(m.device)))
+        windows = len(build_examples(cell.config, lm, load_documents(cell.config))[0])
+        w = cell.config.windows
+        evals = windows * sum(method.cost_bound(cell.config, w.prefix_length, w.suffix_length) for method in configured(cell.config))
+        floor = forward_flops(evals, parameters) / peak
+        line = f"{CELLS}/{cell.name}: {windows:,} windows, ≤ {evals:,} token evaluations, ≥ {floor:.1f} s at the matmul peak"
+        if measured is not None:
+            line += f", ≈ {evals * measured:.0f} s at the rate of the complete cells"
+        lines.append(line)
+    return lines
+
+
+@functools.cache
+def skeleton(name: str, revision: str | None, gguf_file: str | None) -> tuple[LanguageModel, int]:
+    """A model's tokenizer on its weightless skeleton, and its parameter count (read once per process)."""
+    lm = load_model(name, revision=revision, gguf_file=gguf_file, weights=False)
+    return lm, sum(p.numel() for p in lm.model.parameters())
+
+
+@functools.cache
+def device_peak(device: str) -> float:
+    """The device's peak FLOP/s, measured once per process."""
+    return device_peak_flops(torch.device(device))
+
+
+def measured_rate(out: Path) -> float | None:
+    """Seconds per token evaluation over the complete cells already in `out` (None when there are none)."""
+    seconds = evals = 0.0
+    for folder in sorted((out / CELLS).glob("*")) if (out / CELLS).is_dir() else []:
+        if is_complete(folder):
+            table = RecordStore.existing(folder).read_records()
+            seconds += sum(float(pc.sum(table.column(c)).as_py() or 0) for c in table.column_names if is_measurement(c))
+            evals += sum(float(pc.sum(table.column(c)).as_py() or 0) for c in table.column_names if c.startswith(TOKEN_EVALS))
+    return seconds / evals if evals else None
 
 
 def dry_run_lines(cells: list[Cell]) -> list[str]:

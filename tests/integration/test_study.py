@@ -102,7 +102,15 @@ def test_dry_run_lists_cells_and_costs_without_writing(tmp_path, model_dir, caps
     # a = 6 prefix tokens + BOS, T = 5: teacher forcing a + T = 12; CBS a + (T − 1)(B + 1) = 7 + 4·(B + 1)
     assert lines[1] == "  cells/beam_width=1_epsilon=0: cbs.beam_width=1, cbs.epsilon=0; token evaluations per window: probabilistic ≤ 12, cbs ≤ 15"
     assert lines[4] == "  cells/beam_width=2_epsilon=1: cbs.beam_width=2, cbs.epsilon=1; token evaluations per window: probabilistic ≤ 12, cbs ≤ 19"
+    assert lines[5] == "estimated cost (tokenizers and model configs read, no weights):"
     assert not (tmp_path / "out").exists()
+    summaries = run_study(study, tmp_path / "out", progress=False)
+    windows = summaries["beam_width=1_epsilon=0"]["examples"]
+    assert lines[6].startswith(f"  cells/beam_width=1_epsilon=0: {windows:,} windows, ≤ {windows * 27:,} token evaluations, ≥ ")
+    assert lines[6].endswith(" s at the matmul peak")
+    assert main(["study", study, "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    again = capsys.readouterr().out.splitlines()
+    assert again[6].startswith(lines[6]) and again[6].endswith(" s at the rate of the complete cells"), again[6]
 
 
 def test_dotted_keys_reach_into_sections_and_list_items() -> None:

@@ -373,7 +373,7 @@ def _gguf_problem(path: Path) -> str | None:
         return None if file.read(4) == b"GGUF" else f"{path.name} is not a GGUF file (it does not start with the bytes 'GGUF')"
 
 
-def _resolve_device(device: str | None) -> torch.device:
+def resolve_device(device: str | None) -> torch.device:
     """'auto'/None picks CUDA when available, else CPU."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -406,8 +406,12 @@ def load_model(
     attention: str | None = None,
     compile: bool = False,
     device_map: str | None = None,
+    weights: bool = True,
 ) -> LanguageModel:
     """Load a causal LM from a hub id, a local folder, 'smollm2', or wrap an in-memory model.
+
+    `weights=False` builds the model from its config on the meta device (no weights read, no
+    memory used) with its real tokenizer: enough to cut windows and count parameters, not to run.
 
     `model` may also be a `transformers.PreTrainedModel` (with an optional tokenizer) or an
     existing `LanguageModel`, which is returned as is (compiled when asked). `attention` picks the
@@ -427,7 +431,7 @@ def load_model(
         if compile:
             lm.compile()
         return lm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if device_map is not None and device not in (None, "auto"):
         raise MemriskError(f"pass device or device_map, not both (got device={device!r}, device_map={device_map!r})")
@@ -437,7 +441,7 @@ def load_model(
         source, gguf_file = smollm2_directory(), gguf_file or SMOLLM2_GGUF
     elif problem := _local_model_problem(name, gguf_file, needs_tokenizer=tokenizer is None):
         raise MemriskError(f"could not load model {name!r}: {problem}")
-    target = _resolve_device(device)
+    target = resolve_device(device)
     options: dict[str, Any] = {"revision": revision, "dtype": _resolve_dtype(dtype, target)}
     if gguf_file:
         options["gguf_file"] = gguf_file
@@ -446,7 +450,11 @@ def load_model(
             raise MemriskError(f"attention must be one of auto, {', '.join(ATTENTION_KERNELS)}; got {attention!r}")
         options["attn_implementation"] = attention
     try:
-        if device_map is None:
+        if not weights:
+            shape = AutoConfig.from_pretrained(source, **{k: v for k, v in options.items() if k in ("revision", "gguf_file")})
+            with torch.device("meta"):
+                loaded = AutoModelForCausalLM.from_config(shape)
+        elif device_map is None:
             loaded = AutoModelForCausalLM.from_pretrained(source, **options).to(target)
         else:
             loaded = AutoModelForCausalLM.from_pretrained(source, device_map=device_map, **options)
@@ -457,6 +465,6 @@ def load_model(
     except Exception as exc:
         raise MemriskError(f"could not load model {name!r}: {first_line(exc)}") from exc
     lm = LanguageModel(loaded, tokenizer, batch_size=batch_size, name=name, revision=revision)
-    if compile:
+    if compile and weights:
         lm.compile()
     return lm
