@@ -1,0 +1,83 @@
+"""docs/figures.md: every entry's study, run as its command runs it, draws the entry's figure, and the study pages
+open in real headless Chromium with every image loaded and no console error.
+
+The studies are the ready ones in studies/, small by design; they run on the session's SmolLM2 (one load).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memrisk.report.html import write_report
+from memrisk.study import run_study
+from tests.integration.test_report_html import BROWSER_MISSING, browser, full_page_png  # noqa: F401  (fixture used by name)
+
+REPO = Path(__file__).resolve().parents[2]
+CATALOGUE = REPO / "docs" / "figures.md"
+ROW = re.compile(
+    r"^\| (?P<figure>[^|]+?) \| `(?P<study>studies/[^`]+\.yaml)` \| `memrisk study (?P=study)` \| "
+    r"!?\[[^\]]*\]\(figures/(?P<slug>[A-Za-z0-9.-]+)\.(?P<kind>png|csv)\) \|"
+)
+"""A catalogue row: | figure | `study` | `memrisk study study` | ![..](figures/SLUG.png) or [..](figures/SLUG.csv) (a table) | … |"""
+
+
+def entries() -> list[dict[str, str]]:
+    """The catalogue's rows: figure, study config, the figure's file stem and whether it is a picture or a table."""
+    rows = [m.groupdict() for line in CATALOGUE.read_text(encoding="utf-8").splitlines() if (m := ROW.match(line))]
+    assert rows, f"no entries found in {CATALOGUE}"
+    return rows
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory, smollm2) -> Iterator[Path]:
+    """Every catalogued study, run into a temporary folder and reported, as `memrisk study` does."""
+    out = tmp_path_factory.mktemp("catalogue")
+    kept = smollm2.batch_size
+
+    def load(config: Any) -> Any:
+        assert config.model.name == "smollm2", "catalogued studies run on SmolLM2"
+        smollm2.batch_size = config.model.batch_size if isinstance(config.model.batch_size, int) else kept
+        return smollm2
+
+    try:
+        for study in sorted({entry["study"] for entry in entries()}):
+            folder = out / Path(study).stem
+            run_study(REPO / study, folder, progress=False, load=load)
+            write_report([folder])
+        yield out
+    finally:
+        smollm2.batch_size = kept
+
+
+def test_every_entry_is_drawn_by_its_study_and_committed(regenerated) -> None:
+    for entry in entries():
+        figures = regenerated / Path(entry["study"]).stem / "figures"
+        if entry["kind"] == "png":
+            assert (figures / f"{entry['slug']}.png").is_file(), f"{entry['study']} did not draw {entry['slug']}"
+        assert (figures / f"{entry['slug']}.csv").read_text().count("\n") >= 2, f"{entry['slug']}.csv has no rows"
+        committed = REPO / "docs" / "figures" / f"{entry['slug']}.{entry['kind']}"
+        assert committed.is_file(), f"{committed.relative_to(REPO)} is not committed"
+
+
+@pytest.mark.skipif(BROWSER_MISSING is not None, reason=BROWSER_MISSING or "")
+def test_every_study_page_opens_in_chromium_with_its_figures(regenerated, browser, tmp_path) -> None:
+    by_study: dict[str, list[dict[str, str]]] = {}
+    for entry in entries():
+        by_study.setdefault(entry["study"], []).append(entry)
+    for study, listed in by_study.items():
+        page = regenerated / Path(study).stem / "report.html"
+        browser.get(page.as_uri())
+        images = browser.execute_script(
+            "return Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])")
+        assert images and all(loaded for _, loaded in images), f"{study}: an image did not load"
+        captions = browser.execute_script("return Array.from(document.querySelectorAll('figcaption, h3')).map(c => c.innerText)")
+        for entry in listed:
+            assert any(entry["figure"] in caption for caption in captions), f"{study}: no caption names {entry['figure']}"
+        severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert severe == [], f"{study}: {severe}"
+        (tmp_path / f"{Path(study).stem}.png").write_bytes(full_page_png(browser))
