@@ -116,7 +116,8 @@ def _batches(examples: range, samples: int, replicates: int, max_rows: int) -> I
 
 def _parents(batch: list[_Piece], first: int) -> torch.Tensor:
     """The prefilled row each sample of the batch continues (example `first` is row 0)."""
-    return torch.repeat_interleave(torch.tensor([piece.example - first for piece in batch]), torch.tensor([piece.count for piece in batch]))
+    rows = torch.tensor([piece.example - first for piece in batch])
+    return torch.repeat_interleave(rows, torch.tensor([piece.count for piece in batch]))
 
 
 def _uniforms(batch: list[_Piece], lengths: list[int], streams: dict[tuple[int, int], np.random.Generator]) -> torch.Tensor:
@@ -130,7 +131,7 @@ def _uniforms(batch: list[_Piece], lengths: list[int], streams: dict[tuple[int, 
 
 
 def _sample(lm: LanguageModel, state: DecodeState, uniforms: torch.Tensor, policy: DecodingPolicy) -> np.ndarray:
-    """Continuations of the batch's rows by inverse-CDF sampling, one uniform per row and step: [rows, steps]."""
+    """T-token continuations of the batch's rows under the policy (§C.1), one uniform per row and step: [rows, steps]."""
     uniforms = uniforms.to(lm.device)
     tokens = []
     for t in range(uniforms.shape[1]):
@@ -158,7 +159,8 @@ def monte_carlo(
     """Monte Carlo estimates of p_{z,ε} for every (prefix, suffix), deterministic for a seed.
 
     The convergence curve is given at `checkpoints` (pooled sample counts per replicate, each ≤ `samples`;
-    default 30 log-spaced counts): the estimates at nested budgets from one stream of samples.
+    default 30 log-spaced counts): the estimates at nested budgets from one stream of samples. Each prefix
+    is evaluated once: an example costs a + (T − 1)·samples·replicates token evaluations (a = prefix tokens incl. BOS).
     """
     if samples < 1 or replicates < 1:
         raise MemriskError(f"samples and replicates must be >= 1, got {samples} and {replicates}")
@@ -182,7 +184,8 @@ def monte_carlo(
         for block in _blocks(len(prefix_ids), samples, replicates, lm, max_rows):
             prefilled = lm.prefill([prefix_ids[i] for i in block])
             for batch in _batches(block, samples, replicates, max_rows):
-                drawn = _sample(lm, lm.expand_rows(prefilled, _parents(batch, block.start)), _uniforms(batch, lengths, streams), policy)
+                state = lm.expand_rows(prefilled, _parents(batch, block.start))
+                drawn = _sample(lm, state, _uniforms(batch, lengths, streams), policy)
                 for piece, rows in zip(batch, np.split(drawn, np.cumsum([piece.count for piece in batch])[:-1])):
                     target = suffix_ids[piece.example]
                     distances[piece.example, piece.replicate].append(_distances(rows[:, : len(target)], target, distance))
