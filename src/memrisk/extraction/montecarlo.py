@@ -130,8 +130,10 @@ def _uniforms(batch: list[_Piece], lengths: list[int], streams: dict[tuple[int, 
     ]))
 
 
-def _sample(lm: LanguageModel, state: DecodeState, uniforms: torch.Tensor, policy: DecodingPolicy) -> np.ndarray:
-    """T-token continuations of the batch's rows under the policy (§C.1), one uniform per row and step: [rows, steps]."""
+def _sample(lm: LanguageModel, prefilled: DecodeState, parents: torch.Tensor, uniforms: torch.Tensor,
+            policy: DecodingPolicy) -> np.ndarray:
+    """T-token continuations of prefilled rows `parents` under the policy (§C.1), one uniform per row and step: [rows, steps]."""
+    state = lm.expand_rows(prefilled, parents)
     uniforms = uniforms.to(lm.device)
     tokens = []
     for t in range(uniforms.shape[1]):
@@ -184,11 +186,11 @@ def monte_carlo(
         for block in _blocks(len(prefix_ids), samples, replicates, lm, max_rows):
             prefilled = lm.prefill([prefix_ids[i] for i in block])
             for batch in _batches(block, samples, replicates, max_rows):
-                state = lm.expand_rows(prefilled, _parents(batch, block.start))
-                drawn = _sample(lm, state, _uniforms(batch, lengths, streams), policy)
+                drawn = _sample(lm, prefilled, _parents(batch, block.start), _uniforms(batch, lengths, streams), policy)
                 for piece, rows in zip(batch, np.split(drawn, np.cumsum([piece.count for piece in batch])[:-1])):
                     target = suffix_ids[piece.example]
-                    distances[piece.example, piece.replicate].append(_distances(rows[:, : len(target)], target, distance))
+                    found = _distances(rows[:, : len(target)], target, distance)
+                    distances[piece.example, piece.replicate].append(found)
                     bar.update(piece.count)
     bar.close()
     evals = [len(prefix) + bos + (length - 1) * samples * replicates for prefix, length in zip(prefix_ids, lengths)]
