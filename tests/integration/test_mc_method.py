@@ -6,7 +6,7 @@ import numpy as np
 
 import memrisk
 from memrisk.config import load_config
-from memrisk.methods.monte_carlo import window_seed
+from memrisk.methods.monte_carlo import MonteCarlo, window_seed
 from memrisk.runner import run_experiment
 from tests.integration.test_run import records, write_config
 
@@ -28,6 +28,9 @@ def test_mc_columns_equal_the_python_api_and_do_not_depend_on_the_shard_size(tmp
     assert row["mc_samples"] == [4, 16]
     assert row["mc_estimate"] == direct.curve_estimate.tolist()
     assert row["token_evals.mc"] == direct.token_evals
+    prefill = len(row["prefix_ids"]) + (lm.bos_token_id is not None)  # the prefix, evaluated once
+    assert row["token_evals.mc"] == prefill + (len(row["suffix_ids"]) - 1) * 16
+    assert row["token_evals.mc"] <= MonteCarlo().cost_bound(one, len(row["prefix_ids"]), len(row["suffix_ids"]))
     for r in rows:
         estimate = np.array(r["mc_estimate"])
         assert estimate.shape == (2, 2)

@@ -42,3 +42,19 @@ def test_select_step_merge_and_trim_match_recomputation() -> None:
     assert state.attention_mask.shape[1] < width, "leading columns no row attends to are dropped"
     for _ in range(SPARE_COLUMNS + 4):  # appending past the spare columns regrows the buffers
         advance(None)
+
+
+def test_expanded_rows_decode_like_recomputation_and_leave_the_prefill_untouched() -> None:
+    lm = memrisk.load_model(tiny_gpt2(vocab_size=11, seed=3, n_positions=128))
+    histories = [[1, 2, 3, 4], [5, 6]]
+    prefilled = lm.prefill(histories)
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in prefilled.cache.layers]
+    for index, tokens in (([1, 1, 1], [2, 3, 4]), ([0, 1, 0], [7, 7, 8])):  # two batches from one prefill
+        state = lm.expand_rows(prefilled, torch.tensor(index))
+        rows = [histories[i] for i in index]
+        for _ in range(3):
+            state = lm.step(state, torch.tensor(tokens))
+            rows = [row + [t] for row, t in zip(rows, tokens)]
+        torch.testing.assert_close(state.logits, full_logits(lm, rows), atol=1e-5, rtol=1e-5)
+    for layer, (keys, values) in zip(prefilled.cache.layers, before):
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)

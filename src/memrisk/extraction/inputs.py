@@ -26,6 +26,7 @@ def as_token_lists(model: LanguageModel, items: Any, what: str) -> list[TokenIds
         raise MemriskError(f"{what} must be a list of texts or token-id sequences, not a single string")
     if isinstance(items, (torch.Tensor, np.ndarray)):
         items = items.tolist()
+    vocab = model.vocab_size
     out = []
     for i, item in enumerate(items):
         if isinstance(item, str):
@@ -34,9 +35,9 @@ def as_token_lists(model: LanguageModel, items: Any, what: str) -> list[TokenIds
             out.append([int(t) for t in item.tolist()])
         else:
             out.append([int(t) for t in item])
-        bad = [t for t in out[-1] if not 0 <= t < model.vocab_size]
+        bad = [t for t in out[-1] if not 0 <= t < vocab]
         if bad:
-            raise MemriskError(f"{what}[{i}] has token id {bad[0]} outside the vocabulary [0, {model.vocab_size})")
+            raise MemriskError(f"{what}[{i}] has token id {bad[0]} outside the vocabulary [0, {vocab})")
     return out
 
 

@@ -1,15 +1,17 @@
 """Monte Carlo estimation of near-verbatim extraction risk (CBS paper §C.1).
 
-M i.i.d. T-token samples per example under the decoding policy, drawn after one shared
-prefill of the prefix; p̂_{z,ε} = hits / M is unbiased. Each example draws from its own
-random stream (a function of the seed, the example's index and the replicate), so results
-do not depend on how examples are batched.
+M i.i.d. T-token samples per example under the decoding policy; p̂_{z,ε} = hits / M is unbiased.
+Each prefix is evaluated once and its KV cache expanded across every batch of samples (App. C.3,
+eq. 23). Each example and replicate draws from its own random stream (a function of the seed, the
+example's index and the replicate), sample j taking the stream's draws j·T … j·T + T − 1: results
+depend neither on how examples and samples are batched, and the first n of M samples are those of
+a budget of n.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +24,7 @@ from memrisk import defaults
 from memrisk.decoding import DecodingPolicy, default_policy
 from memrisk.errors import MemriskError
 from memrisk.extraction.inputs import as_model, prefix_suffix_pairs
-from memrisk.models.backend import LanguageModel
+from memrisk.models.backend import DecodeState, LanguageModel
 from memrisk.signature import signature
 
 Z_95 = 1.959963984540054
@@ -75,44 +77,70 @@ def _distances(samples: np.ndarray, target: list[int], distance: str) -> np.ndar
 
 
 @dataclass(frozen=True)
-class _Job:
-    """A chunk of samples of one example and replicate, with its own random stream."""
+class _Piece:
+    """Consecutive samples of one example and replicate, drawn in one batch."""
 
     example: int
     replicate: int
     count: int
-    seed: int
 
 
-def _jobs(n_examples: int, samples: int, replicates: int, seed: int, max_rows: int) -> list[_Job]:
-    """Split every example's samples into chunks of at most `max_rows`, each seeded on its own."""
-    jobs = []
-    for example in range(n_examples):
+def _stream(seed: int, example: int, replicate: int) -> np.random.Generator:
+    """The random stream of one example and replicate; sample j takes its draws j·T … j·T + T − 1."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, example, replicate])))
+
+
+def _blocks(n_examples: int, samples: int, replicates: int, lm: LanguageModel, max_rows: int) -> list[range]:
+    """Examples prefilled together: the model's batch size, or as many as one batch of samples holds."""
+    size = max(lm.batch_size, max_rows // (samples * replicates))
+    return [range(start, min(start + size, n_examples)) for start in range(0, n_examples, size)]
+
+
+def _batches(examples: range, samples: int, replicates: int, max_rows: int) -> Iterator[list[_Piece]]:
+    """Every example's streams, in order, cut into batches of `max_rows` samples (the last may be short)."""
+    batch: list[_Piece] = []
+    room = max_rows
+    for example in examples:
         for replicate in range(replicates):
-            for chunk, start in enumerate(range(0, samples, max_rows)):
-                stream = int(np.random.SeedSequence([seed, example, replicate, chunk]).generate_state(1)[0])
-                jobs.append(_Job(example, replicate, min(max_rows, samples - start), stream))
-    return jobs
+            left = samples
+            while left:
+                count = min(left, room)
+                batch.append(_Piece(example, replicate, count))
+                left, room = left - count, room - count
+                if room == 0:
+                    yield batch
+                    batch, room = [], max_rows
+    if batch:
+        yield batch
 
 
-def _sample_jobs(lm: LanguageModel, jobs: list[_Job], prefixes: list[list[int]], suffixes: list[list[int]],
-                 policy: DecodingPolicy) -> list[np.ndarray]:
-    """Sample every job's continuations in one batch: one prefill per job, then T steps."""
-    counts = torch.tensor([job.count for job in jobs])
-    lengths = [len(suffixes[job.example]) for job in jobs]
-    state = lm.prefill([prefixes[job.example] for job in jobs])
-    state = lm.select_rows(state, torch.repeat_interleave(torch.arange(len(jobs)), counts))
-    generators = [torch.Generator().manual_seed(job.seed) for job in jobs]
+def _parents(batch: list[_Piece], first: int) -> torch.Tensor:
+    """The prefilled row each sample of the batch continues (example `first` is row 0)."""
+    rows = torch.tensor([piece.example - first for piece in batch])
+    return torch.repeat_interleave(rows, torch.tensor([piece.count for piece in batch]))
+
+
+def _uniforms(batch: list[_Piece], lengths: list[int], streams: dict[tuple[int, int], np.random.Generator]) -> torch.Tensor:
+    """Each sample's T uniforms from its stream, right-padded to the batch's longest suffix: [rows, max T]."""
+    steps = max(lengths[piece.example] for piece in batch)
+    return torch.from_numpy(np.concatenate([
+        np.pad(streams[piece.example, piece.replicate].random((piece.count, lengths[piece.example])),
+               ((0, 0), (0, steps - lengths[piece.example])))
+        for piece in batch
+    ]))
+
+
+def _sample(lm: LanguageModel, prefilled: DecodeState, parents: torch.Tensor, uniforms: torch.Tensor,
+            policy: DecodingPolicy) -> np.ndarray:
+    """T-token continuations of prefilled rows `parents` under the policy (§C.1), one uniform per row and step: [rows, steps]."""
+    state = lm.expand_rows(prefilled, parents)
+    uniforms = uniforms.to(lm.device)
     tokens = []
-    for t in range(max(lengths)):
-        uniforms = torch.cat([torch.rand(job.count, generator=g, dtype=torch.float64) for job, g in zip(jobs, generators)])
-        token = policy.sample(state.logits, uniforms=uniforms)
-        tokens.append(token)
-        if t + 1 < max(lengths):
-            state = lm.step(state, token)
-    drawn = torch.stack(tokens, dim=1).cpu().numpy()
-    bounds = np.concatenate([[0], np.cumsum(counts.numpy())])
-    return [drawn[bounds[i] : bounds[i + 1], : lengths[i]] for i in range(len(jobs))]
+    for t in range(uniforms.shape[1]):
+        tokens.append(policy.sample(state.logits, uniforms=uniforms[:, t]))
+        if t + 1 < uniforms.shape[1]:
+            state = lm.step(state, tokens[-1])
+    return torch.stack(tokens, dim=1).cpu().numpy()
 
 
 def monte_carlo(
@@ -133,7 +161,8 @@ def monte_carlo(
     """Monte Carlo estimates of p_{z,ε} for every (prefix, suffix), deterministic for a seed.
 
     The convergence curve is given at `checkpoints` (pooled sample counts per replicate, each ≤ `samples`;
-    default 30 log-spaced counts): the estimates at nested budgets from one stream of samples.
+    default 30 log-spaced counts): the estimates at nested budgets from one stream of samples. Each prefix
+    is evaluated once: an example costs a + (T − 1)·samples·replicates token evaluations (a = prefix tokens incl. BOS).
     """
     if samples < 1 or replicates < 1:
         raise MemriskError(f"samples and replicates must be >= 1, got {samples} and {replicates}")
@@ -143,27 +172,28 @@ def monte_carlo(
         raise MemriskError(f"distance must be 'hamming' or 'levenshtein', got {distance!r}")
     if epsilon < 0:
         raise MemriskError(f"epsilon must be >= 0, got {epsilon}")
+    if max_rows < 1:
+        raise MemriskError(f"max_rows must be >= 1, got {max_rows}")
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
     policy = default_policy() if policy is None else policy
     bos = 0 if lm.bos_token_id is None else 1
-    jobs = _jobs(len(prefix_ids), samples, replicates, seed, max_rows)
-    distances: dict[tuple[int, int], list[np.ndarray]] = {}
-    evals = [0] * len(prefix_ids)
-    bar = tqdm(total=len(jobs), desc="Monte Carlo", unit="chunk", disable=not progress)
+    lengths = [len(suffix) for suffix in suffix_ids]
+    streams = {(i, r): _stream(seed, i, r) for i in range(len(prefix_ids)) for r in range(replicates)}
+    distances: dict[tuple[int, int], list[np.ndarray]] = {key: [] for key in streams}
+    bar = tqdm(total=len(streams) * samples, desc="Monte Carlo", unit="sample", disable=not progress)
     with torch.inference_mode():
-        group: list[_Job] = []
-        for job in jobs + [None]:
-            if job is not None and sum(j.count for j in group) + job.count <= max_rows:
-                group.append(job)
-                continue
-            for done, drawn in zip(group, _sample_jobs(lm, group, prefix_ids, suffix_ids, policy) if group else []):
-                target = suffix_ids[done.example]
-                distances.setdefault((done.example, done.replicate), []).append(_distances(drawn, target, distance))
-                evals[done.example] += len(prefix_ids[done.example]) + bos + (len(target) - 1) * done.count
-            bar.update(len(group))
-            group = [job] if job is not None else []
+        for block in _blocks(len(prefix_ids), samples, replicates, lm, max_rows):
+            prefilled = lm.prefill([prefix_ids[i] for i in block])
+            for batch in _batches(block, samples, replicates, max_rows):
+                drawn = _sample(lm, prefilled, _parents(batch, block.start), _uniforms(batch, lengths, streams), policy)
+                for piece, rows in zip(batch, np.split(drawn, np.cumsum([piece.count for piece in batch])[:-1])):
+                    target = suffix_ids[piece.example]
+                    found = _distances(rows[:, : len(target)], target, distance)
+                    distances[piece.example, piece.replicate].append(found)
+                    bar.update(piece.count)
     bar.close()
+    evals = [len(prefix) + bos + (length - 1) * samples * replicates for prefix, length in zip(prefix_ids, lengths)]
     signed = signature("monte_carlo", policy=policy.name, samples=samples, replicates=replicates, distance=distance, eps=epsilon, seed=seed)
     return [
         replace(_summarise(np.stack([np.concatenate(distances[(i, r)]) for r in range(replicates)]), distance, epsilon, evals[i], checkpoints),

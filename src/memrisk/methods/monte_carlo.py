@@ -6,7 +6,6 @@ At ε = 0 it is the (n,p) paper's sampling check of teacher forcing (its Fig. 2)
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from memrisk.signature import signature
 if TYPE_CHECKING:
     from memrisk.config import ExperimentConfig
 
-MAX_ROWS = 512  # samples drawn in one batch; each batch re-evaluates the prefix once
+MAX_ROWS = 512  # samples drawn in one batch; every batch continues the window's one prefill
 
 
 def estimates(values: np.ndarray) -> np.ndarray:
@@ -42,8 +41,8 @@ class MonteCarlo(MethodDefaults):
         return ["mc_samples", "mc_estimate", "mc_low", "mc_high", "token_evals.mc"]
 
     def cost_bound(self, config: ExperimentConfig, prefix_length: int, suffix_length: int) -> int:
-        samples = max(config.mc.samples)
-        return (1 + prefix_length) * math.ceil(samples / MAX_ROWS) + (suffix_length - 1) * samples
+        """One prefill (BOS counted) and T − 1 steps per sample: (1 + a) + (T − 1)·M (CBS paper App. C.3, eq. 23)."""
+        return 1 + prefix_length + (suffix_length - 1) * max(config.mc.samples)
 
     def score(self, chunk: Chunk) -> list[dict[str, Any]]:
         mc = chunk.config.mc

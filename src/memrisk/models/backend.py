@@ -314,6 +314,13 @@ class LanguageModel:
         state.cache.batch_select_indices(index)
         return _trim(DecodeState(state.cache, state.attention_mask[index], state.next_position[index], state.logits[index]))
 
+    def expand_rows(self, state: DecodeState, index: torch.Tensor) -> DecodeState:
+        """Rows `index` (repeats allowed) of a prefilled batch as a new decoding batch; `state` is left
+        as it is, so one prefill serves any number of batches (CBS paper App. C.3, eq. 23)."""
+        index = index.to(self.device)
+        cache = kvcache.selected_copy(state.cache, index)
+        return _trim(DecodeState(cache, state.attention_mask[index], state.next_position[index], state.logits[index]))
+
     def merge(self, first: DecodeState, second: DecodeState) -> DecodeState:
         """One decoding batch holding the rows of both (the shorter history is left-padded)."""
         width = max(first.attention_mask.shape[1], second.attention_mask.shape[1])

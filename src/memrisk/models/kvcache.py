@@ -7,6 +7,7 @@ gather that reorders it (transformers' dynamic layer concatenates, copying it ag
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -94,6 +95,14 @@ def adopt(cache: Any) -> Any:
         if type(layer) is DynamicLayer and layer.is_initialized:
             layers[i] = SpareColumnsLayer(layer.keys, layer.values)
     return cache
+
+
+def selected_copy(cache: Any, indices: torch.Tensor) -> Any:
+    """A new cache holding rows `indices` of `cache` (repeats allowed); `cache` is left as it is."""
+    selected = copy.copy(cache)
+    selected.layers = [copy.copy(layer) for layer in cache_layers(cache)]
+    selected.batch_select_indices(indices)  # every layer gathers into new tensors, none writes in place
+    return selected
 
 
 def tiled_copy(cache: Any, tiles: int, config: Any) -> DynamicCache:
