@@ -248,9 +248,10 @@ def _convergence_panel(ax: Axes, points: Rows) -> None:
     ax.set_xscale("log")
     ax.set_xticks(m, [str(x) for x in m], minor=False)
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylim(bottom=0.0)
+    ax.set_yscale("symlog", linthresh=first["tau_min"])
+    ax.set_ylim(0.0, 1.05)
     ax.set_xlabel("Monte Carlo samples M (log scale)")
-    ax.set_ylabel(f"p_z,ε: P({first['distance']} distance ≤ {first['epsilon']})")
+    ax.set_ylabel(f"P({first['distance']} ≤ {first['epsilon']}), symlog")
     ax.set_title(plain(f"{first['label']}: {first['example_id']}"), fontsize=8)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
@@ -258,7 +259,7 @@ def _convergence_panel(ax: Axes, points: Rows) -> None:
 def mc_convergence_figure(rows: Rows) -> Figure:
     """One panel per cell and dataset: Monte Carlo convergence with CBS's certified lower bound (CBS Fig. 5)."""
     groups = _groups(rows, "cell", "dataset")
-    fig, axes = _grid(len(groups), 7.0, 3.2, columns=2)
+    fig, axes = _grid(len(groups), 7.0, 3.6, columns=2)
     for ax, points in zip(axes, groups.values()):
         _convergence_panel(ax, points)
     return fig
