@@ -275,9 +275,11 @@ def mc_detection_rows(study: StudyData) -> Rows:
             lower = _lower(cell, dataset, cell.config.mc.distance)[:, epsilon]
             certified = rules.cbs_extracted(lower, cell.config.tau_min)
             estimate = _mc_column(cell, dataset, "mc_estimate")[certified][:, :, epsilon]
+            with np.errstate(divide="ignore"):  # LB_ε = 1: log(1 − LB_ε) = −inf, a sure hit
+                miss = np.log1p(-np.clip(lower[certified], 0.0, 1.0))
             for j, m in enumerate(samples):
                 detected = int((estimate[:, j] > 0).sum())
-                bound = -np.expm1(m * np.log1p(-lower[certified]))
+                bound = -np.expm1(m * miss)
                 rows.append(_head(cell, dataset) | {
                     "distance": cell.config.mc.distance, "epsilon": epsilon, "samples": m, "windows": int(lower.size),
                     "certified": int(certified.sum()), "detected": detected,
@@ -399,6 +401,7 @@ def _count_bars(ax: Axes, by_label: dict[tuple, Rows]) -> None:
     ax.bar(positions, some, bottom=every, color=SERIES[2], label="extracted by this model, not every one")
     ax.set_xticks(positions, [plain(label) for label in labels], fontsize=8)
     ax.set_ylabel("windows with LB_E ≥ τ_min")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(0, max(e + s for e, s in zip(every, some)) * 1.35 + 1)
     ax.legend(fontsize=7, loc="upper left")
 
