@@ -2,20 +2,44 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
+import yaml
 
 from memrisk.cli import main
 from tests.integration.test_study import write_study
 
+TAU = 1e-3
+STORY_WORDS = 90
+
 
 def read_csv(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(path.open(encoding="utf-8")))
+
+
+def number(text: str) -> float | None:
+    """A CSV cell as a number (empty: None)."""
+    return None if text == "" else float(text)
+
+
+def cell_records(out: Path, cell: str, dataset: str | None = None) -> list[dict]:
+    """A cell's records, shard by shard as the manifest lists them (optionally one dataset's)."""
+    folder = out / "cells" / cell
+    shards = json.loads((folder / "manifest.json").read_text())["shards"]
+    rows = [r for shard in shards for r in pq.read_table(folder / "records" / shard).to_pylist()]
+    return [r for r in rows if dataset is None or r["dataset"] == dataset]
+
+
+def figures(out: Path) -> set[str]:
+    return {p.name for p in (out / "figures").iterdir() if p.name.startswith("cbs-")}
 
 
 @pytest.fixture(scope="module")
@@ -43,3 +67,238 @@ def test_beam_width_sweep_counts_extractable_windows_and_cbs_time_per_cell(beam_
     assert {(r["cell"], r["epsilon"]) for r in rows} >= {("beam_width=2_epsilon=1", "0"), ("beam_width=2_epsilon=1", "1")}
     page = (beam_study / "report.html").read_text()
     assert "CBS paper Figs. 23–25: near-verbatim extraction rate" in page
+
+
+def test_a_study_without_models_monte_carlo_or_text_metrics_gets_only_the_figures_its_axes_allow(beam_study) -> None:
+    """No model axis (Figs. 4, 20, 21), no Monte Carlo (Figs. 2/5, Table 1), no text metrics (Table 15)."""
+    assert figures(beam_study) == {f"cbs-{name}.{ext}" for name in ("fig23-25-beam-width", "fig22-scatter-by-epsilon", "fig26-pruning")
+                                   for ext in ("csv", "png", "svg")} | {"cbs-table2-cost.csv"}
+
+
+# ---- two models over a text the first one wrote -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def story(word_model) -> str:
+    """Words sampled from the word model under top-3: windows it gives mass to, verbatim and near-verbatim."""
+    model, tokenizer = word_model.model, word_model.tokenizer
+    generator = torch.Generator().manual_seed(0)
+    ids = [tokenizer.convert_tokens_to_ids("the")]
+    with torch.no_grad():
+        while len(ids) < STORY_WORDS:
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            logits[tokenizer.unk_token_id] = -math.inf
+            top = torch.topk(logits, 3)
+            ids.append(int(top.indices[torch.multinomial(torch.softmax(top.values, -1), 1, generator=generator)]))
+    return tokenizer.decode(ids)
+
+
+@pytest.fixture(scope="module")
+def second_model_dir(tmp_path_factory, word_model) -> Path:
+    """The word model with every weight perturbed a little: another model over the same tokenizer (same windows)."""
+    folder = tmp_path_factory.mktemp("model-b")
+    model = copy.deepcopy(word_model.model)
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.add_(0.05 * torch.randn(weight.shape, generator=generator))
+    model.save_pretrained(folder)
+    word_model.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def run_story_study(folder: Path, story: str, model: Path, grid: dict, **base) -> Path:
+    """A study over the story (book mode) and a two-document control, reported; returns its output folder."""
+    (folder / "story.txt").write_text(story, encoding="utf-8")
+    (folder / "control.jsonl").write_text(
+        "\n".join(json.dumps({"text": " ".join(reversed(story.split()[i::2]))}) for i in range(2)), encoding="utf-8")
+    config = {
+        "model": {"name": str(model), "batch_size": 16},
+        "datasets": [{"name": "story", "path": "story.txt"}, {"name": "control", "path": "control.jsonl", "role": "control", "limit": 1}],
+        "windows": {"mode": "book", "prefix_length": 6, "suffix_length": 5, "stride": 40},
+        "policies": [{"top_k": 3}], "tau_min": TAU, "shard_size": 64,
+    } | base
+    (folder / "study.yaml").write_text(yaml.safe_dump({"base": config, "grid": grid}), encoding="utf-8")
+    assert main(["study", str(folder / "study.yaml"), "--out", str(folder / "out")]) == 0
+    return folder / "out"
+
+
+@pytest.fixture(scope="module")
+def model_study(tmp_path_factory, model_dir, second_model_dir, story) -> Path:
+    """Two models × every method the CBS figures read: teacher forcing, greedy, Lev-pruned CBS (ε = 2) with text
+    metrics on a separate baseline search, Monte Carlo at nested budgets."""
+    return run_story_study(
+        tmp_path_factory.mktemp("model-study"), story, model_dir, {"model.name": [str(model_dir), str(second_model_dir)]},
+        methods=["probabilistic", "greedy", "cbs", "mc"],
+        cbs={"beam_width": 2, "epsilon": 2, "text_metrics": True, "char_epsilons": [0, 3]},
+        mc={"samples": [2, 8], "epsilon": 2})
+
+
+def story_cells(out: Path) -> dict[str, list[dict]]:
+    return {p.name: cell_records(out, p.name, "story") for p in sorted((out / "cells").iterdir())}
+
+
+def test_the_model_study_draws_the_model_monte_carlo_and_text_figures_and_not_the_sweeps(model_study) -> None:
+    drawn = figures(model_study)
+    for name in ("fig2-5-mc-convergence", "fig4-verbatim-share", "fig20-common-set", "fig21-heatmaps", "fig22-scatter-by-epsilon"):
+        assert {f"cbs-{name}.csv", f"cbs-{name}.png", f"cbs-{name}.svg"} <= drawn
+    assert {"cbs-table1-mc-detection.csv", "cbs-table2-cost.csv", "cbs-table15-text-metrics.csv"} <= drawn
+    assert not any(name.startswith(("cbs-fig23", "cbs-fig26")) for name in drawn), "no beam, pruning or ε axis"
+    page = (model_study / "report.html").read_text()
+    assert "CBS paper Table 15: windows extractable under verbatim" in page and "CBS paper Fig. 20: near-verbatim mass" in page
+
+
+def test_mc_convergence_follows_the_window_with_the_largest_lower_bound_and_prices_cbs_in_samples(model_study) -> None:
+    """Figs. 2/5: the chosen window's estimates per budget; MC costs a + (T − 1)·M and CBS's cost in samples is
+    (token_evals.cbs − a)/(T − 1), with a = token_evals.probabilistic − T (teacher forcing costs a + T)."""
+    rows = read_csv(model_study / "figures" / "cbs-fig2-5-mc-convergence.csv")
+    for cell, story in story_cells(model_study).items():
+        mine = [r for r in rows if r["cell"] == cell]
+        best = max(story, key=lambda r: (r["cbs_lower.levenshtein"][2], r["mc_estimate"][-1][2]))
+        assert {r["example_id"] for r in mine} == {best["example_id"]} and [int(r["samples"]) for r in mine] == [2, 8]
+        length = len(best["suffix_ids"])
+        prefill = best["token_evals.probabilistic"] - length
+        for j, row in enumerate(mine):
+            assert float(row["mc_estimate"]) == best["mc_estimate"][j][2] and float(row["mc_high"]) == best["mc_high"][j][2]
+            assert float(row["mc_token_evals"]) == prefill + (length - 1) * int(row["samples"])
+            assert float(row["cbs_lower"]) == best["cbs_lower.levenshtein"][2]
+            assert float(row["cbs_samples_equivalent"]) == pytest.approx((best["token_evals.cbs"] - prefill) / (length - 1))
+        assert float(mine[-1]["mc_token_evals"]) == best["token_evals.mc"]
+    assert any(float(r["cbs_lower"]) >= TAU for r in rows), "the story gives the models something to extract"
+
+
+def test_mc_detection_counts_hits_among_the_windows_cbs_certifies(model_study) -> None:
+    """Table 1: per budget, certified windows (LB_2 ≥ τ) with at least one Monte Carlo hit, and the mean 1 − (1 − LB)^M."""
+    rows = read_csv(model_study / "figures" / "cbs-table1-mc-detection.csv")
+    assert len(rows) == 2 * 2
+    for row in rows:
+        story = cell_records(model_study, row["cell"], "story")
+        j = [2, 8].index(int(row["samples"]))
+        certified = [r for r in story if r["cbs_lower.levenshtein"][2] >= TAU]
+        assert int(row["certified"]) == len(certified) and int(row["windows"]) == len(story)
+        assert int(row["detected"]) == sum(r["mc_estimate"][j][2] > 0 for r in certified)
+        expected = [1 - (1 - r["cbs_lower.levenshtein"][2]) ** int(row["samples"]) for r in certified]
+        assert number(row["hit_probability_at_least"]) == (pytest.approx(np.mean(expected)) if expected else None)
+
+
+def test_cost_table_gives_token_evaluations_wall_time_and_candidates_per_method(model_study) -> None:
+    """Table 2: mean `token_evals.<method>` per window and its ratio to greedy, summed `seconds.<method>`."""
+    rows = read_csv(model_study / "figures" / "cbs-table2-cost.csv")
+    for cell in story_cells(model_study):
+        records = cell_records(model_study, cell)
+        mine = {r["method"]: r for r in rows if r["cell"] == cell}
+        assert set(mine) == {"teacher_forcing", "probabilistic", "greedy", "cbs", "mc", "cbs_baseline"}
+        greedy = np.mean([r["token_evals.greedy"] for r in records])
+        for method in ("greedy", "cbs", "mc", "cbs_baseline"):
+            evals = np.mean([r[f"token_evals.{method}"] for r in records])
+            assert float(mine[method]["token_evals_per_window"]) == pytest.approx(evals)
+            assert float(mine[method]["vs_greedy"]) == pytest.approx(evals / greedy)
+        for method in ("teacher_forcing", "cbs", "mc"):
+            assert float(mine[method]["seconds"]) == pytest.approx(sum(r[f"seconds.{method}"] for r in records))
+        assert mine["teacher_forcing"]["token_evals_per_window"] == "" and float(mine["mc"]["candidates_per_window"]) == 8
+        assert float(mine["cbs"]["candidates_per_window"]) == pytest.approx(np.mean([len(r["cbs_log_p"]) for r in records]))
+
+
+def test_verbatim_share_is_lb0_over_lbe_for_each_models_extracted_windows(model_study) -> None:
+    """Figs. 4, 11b, 15b: one row per window with LB_2 ≥ τ, share 100·LB_0/LB_2, per model."""
+    rows = read_csv(model_study / "figures" / "cbs-fig4-verbatim-share.csv")
+    assert {r["label"] for r in rows} == {"name=model0", "name=model-b0"}
+    for cell, story in story_cells(model_study).items():
+        extracted = {r["example_id"]: r["cbs_lower.levenshtein"] for r in story if r["cbs_lower.levenshtein"][2] >= TAU}
+        mine = {r["example_id"]: r for r in rows if r["cell"] == cell}
+        assert set(mine) == set(extracted) and extracted
+        for example_id, lower in extracted.items():
+            assert float(mine[example_id]["verbatim_share"]) == pytest.approx(100 * lower[0] / lower[2])
+
+
+def test_common_set_matches_windows_across_models_by_example_id(model_study) -> None:
+    """Fig. 20: the union of the models' extracted windows, each flagged as extracted by every model or not."""
+    rows = read_csv(model_study / "figures" / "cbs-fig20-common-set.csv")
+    extracted = {cell: {r["example_id"]: r["cbs_lower.levenshtein"][2] for r in story if r["cbs_lower.levenshtein"][2] >= TAU}
+                 for cell, story in story_cells(model_study).items()}
+    every, some = set.intersection(*map(set, extracted.values())), set.union(*map(set, extracted.values()))
+    assert every and some - every, "the two models share some extracted windows and not others"
+    assert {(r["cell"], r["example_id"]) for r in rows} == {(cell, i) for cell in extracted for i in some}
+    for row in rows:
+        assert (row["by_every"] == "True") == (row["example_id"] in every)
+        assert (row["extracted"] == "True") == (row["example_id"] in extracted[row["cell"]])
+        if row["extracted"] == "True":
+            assert float(row["lower"]) == extracted[row["cell"]][row["example_id"]]
+
+
+def test_heatmap_rows_hold_each_windows_suffix_span_p_z_and_lower_bound(model_study) -> None:
+    """Fig. 21: per model and story window, the character span of its suffix, p_z and LB_E."""
+    rows = read_csv(model_study / "figures" / "cbs-fig21-heatmaps.csv")
+    for cell, story in story_cells(model_study).items():
+        mine = {r["example_id"]: r for r in rows if r["cell"] == cell}
+        assert set(mine) == {r["example_id"] for r in story}
+        for record in story:
+            row = mine[record["example_id"]]
+            assert (int(row["suffix_char_start"]), int(row["char_end"])) == (record["suffix_char_start"], record["char_end"])
+            assert float(row["p_z"]) == pytest.approx(math.exp(record["log_p.topk3"])) and float(row["lower"]) == record["cbs_lower.levenshtein"][2]
+
+
+def test_scatter_by_epsilon_gives_every_window_its_verdict_at_each_epsilon(model_study) -> None:
+    """Fig. 22: per window and ε, verbatim when p_z ≥ τ, near-verbatim when p_z < τ ≤ LB_ε, else not extracted."""
+    rows = read_csv(model_study / "figures" / "cbs-fig22-scatter-by-epsilon.csv")
+    for cell, story in story_cells(model_study).items():
+        mine = {(r["example_id"], int(r["epsilon"])): r for r in rows if r["cell"] == cell}
+        assert len(mine) == 3 * len(story)
+        for record in story:
+            for epsilon in range(3):
+                verbatim = record["log_p.topk3"] >= math.log(TAU)
+                expected = "verbatim" if verbatim else "near_verbatim" if record["cbs_lower.levenshtein"][epsilon] >= TAU else "not_extracted"
+                assert mine[(record["example_id"], epsilon)]["verdict"] == expected
+    assert {r["verdict"] for r in rows} >= {"near_verbatim", "not_extracted"}
+
+
+def test_text_metrics_table_counts_bleu_and_levenshtein_on_the_baseline_candidates(model_study) -> None:
+    """Table 15: baseline LB_0 and LB_2 ≥ τ, BLEU mass ≥ τ, their overlap; equal to the cell's summary."""
+    rows = read_csv(model_study / "figures" / "cbs-table15-text-metrics.csv")
+    assert len(rows) == 2
+    for row in rows:
+        story = cell_records(model_study, row["cell"], "story")
+        lev = {r["example_id"] for r in story if r["cbs_baseline_lower.levenshtein"][2] >= TAU}
+        bleu = {r["example_id"] for r in story if r["cbs_bleu_mass"] >= TAU}
+        assert int(row["verbatim"]) == sum(r["cbs_baseline_lower.levenshtein"][0] >= TAU for r in story)
+        assert (int(row["levenshtein"]), int(row["bleu"]), int(row["both"])) == (len(lev), len(bleu), len(lev & bleu))
+        assert (int(row["levenshtein_only"]), int(row["bleu_only"])) == (len(lev - bleu), len(bleu - lev))
+        assert int(row["char_levenshtein_3"]) == sum(r["cbs_char_levenshtein_mass"][1] >= TAU for r in story)
+        summary = json.loads((model_study / "cells" / row["cell"] / "summary.json").read_text())
+        stats = summary["datasets"]["story"]["cbs"]["text_metrics"]
+        assert {k: int(row[k]) for k in ("levenshtein", "bleu", "both", "levenshtein_only", "bleu_only")} == {
+            k: stats[k] for k in ("levenshtein", "bleu", "both", "levenshtein_only", "bleu_only")}
+
+
+# ---- pruned against baseline k-CBS ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pruning_study(tmp_path_factory, model_dir, story) -> Path:
+    """prune ∈ {none, levenshtein, hamming} × ε ∈ {0, 2} on the word model over its own story (CBS only)."""
+    return run_story_study(tmp_path_factory.mktemp("pruning-study"), story, model_dir,
+                           {"cbs.prune": ["none", "levenshtein", "hamming"], "cbs.epsilon": [0, 2]},
+                           methods=["cbs"], cbs={"beam_width": 2})
+
+
+def test_pruning_grid_counts_each_run_at_each_threshold_against_the_widest_baseline(pruning_study) -> None:
+    """Fig. 26: per distance panel, the baseline row (unpruned, ε = 2) and the pruned runs ε = 0, 2; a threshold
+    above the run's ε is unavailable; the difference is from the baseline at the same threshold."""
+    rows = read_csv(pruning_study / "figures" / "cbs-fig26-pruning.csv")
+    assert figures(pruning_study) >= {"cbs-fig26-pruning.png", "cbs-fig26-pruning.svg"}
+    assert {name.split(".")[0] for name in figures(pruning_study)} == {"cbs-fig26-pruning", "cbs-table2-cost"}
+    assert list(dict.fromkeys(r["distance"] for r in rows)) == ["levenshtein", "hamming"]
+    for distance in ("levenshtein", "hamming"):
+        panel = [r for r in rows if r["distance"] == distance]
+        assert [r["run"] for r in panel[::3]] == ["baseline", f"{distance} ε=0", f"{distance} ε=2"]
+        baseline = cell_records(pruning_study, "epsilon=2_prune=none", "story")
+        for row in panel:
+            d, run_epsilon = int(row["threshold"]), int(row["run_epsilon"])
+            base = sum(r[f"cbs_lower.{distance}"][d] >= TAU for r in baseline)
+            assert int(row["baseline"]) == base
+            if d > run_epsilon:
+                assert row["extractable"] == "" and row["difference"] == ""
+                continue
+            count = sum(r[f"cbs_lower.{distance}"][d] >= TAU for r in cell_records(pruning_study, row["cell"], "story"))
+            assert (int(row["extractable"]), int(row["difference"])) == (count, count - base)
+    assert any(int(r["extractable"] or 0) > 0 for r in rows)

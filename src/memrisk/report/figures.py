@@ -53,7 +53,7 @@ def render(fig: Figure) -> tuple[bytes, bytes]:
     return png.getvalue(), svg.getvalue()
 
 
-def _no_data(ax: Axes, message: str) -> None:
+def no_data(ax: Axes, message: str) -> None:
     """Mark an empty panel with a message instead of axes."""
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#555")
     ax.set_xticks([])
@@ -68,19 +68,23 @@ def _power_ticks(ax: Axes, axis: str) -> None:
 
 
 def scatter_figure(log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: str) -> Figure:
-    """LB_E against p_z on log–log axes for the extracted sequences, coloured as CBS Fig. 3 (§F.1.2): verbatim blue,
-    near-verbatim only orange (0 < p_z < τ) or red (p_z = 0).
+    """LB_E against p_z on log–log axes for the extracted sequences, coloured as CBS Fig. 3 (§F.1.2)."""
+    fig = new_figure(6.0, 5.0)
+    scatter_panel(fig.add_subplot(), log_p, lower_top, tau, label)
+    return fig
+
+
+def scatter_panel(ax: Axes, log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: str, legend_size: float = 8) -> None:
+    """One CBS Fig. 3 scatter on `ax`: verbatim blue, near-verbatim only orange (0 < p_z < τ) or red (p_z = 0).
 
     p_z = 0 (and LB = 0) are drawn on a floor one decade below the smallest value on that axis.
     """
-    fig = new_figure(6.0, 5.0)
-    ax = fig.add_subplot()
     kind = rules.verdicts(log_p, lower_top, tau)
     colour = np.where(kind == rules.VERBATIM, "blue", np.where(rules.zero_probability(log_p), "red", "orange"))
     shown = kind != rules.NOT_EXTRACTED
     if not shown.any():
-        _no_data(ax, "no sequence has p_z or the lower bound ≥ τ_min")
-        return fig
+        no_data(ax, "no sequence has p_z or the lower bound ≥ τ_min")
+        return
     log_tau = np.log10(tau)
     with np.errstate(divide="ignore"):
         x = np.asarray(log_p, dtype=np.float64)[shown] / np.log(10.0)
@@ -106,8 +110,7 @@ def scatter_figure(log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: 
     _power_ticks(ax, "y")
     ax.set_xlabel("verbatim p_z (teacher forcing)")
     ax.set_ylabel(f"near-verbatim lower bound {plain(label)}")
-    ax.legend(loc="lower right", fontsize=8)
-    return fig
+    ax.legend(loc="lower right", fontsize=legend_size)
 
 
 def prior_aware_figure(log_prior: np.ndarray, log_p: np.ndarray, role: np.ndarray, memorized: np.ndarray, m: float, n: float) -> Figure:
@@ -119,7 +122,7 @@ def prior_aware_figure(log_prior: np.ndarray, log_p: np.ndarray, role: np.ndarra
     ax = fig.add_subplot()
     shown = finite_points(log_prior, log_p)
     if not shown.any():
-        _no_data(ax, "no sequence has a finite prior and P(s|p)")
+        no_data(ax, "no sequence has a finite prior and P(s|p)")
         return fig
     x = np.asarray(log_prior, dtype=np.float64)[shown] / np.log(10.0)
     y = np.asarray(log_p, dtype=np.float64)[shown] / np.log(10.0)
@@ -156,7 +159,7 @@ def ccdf_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], label: str)
     ax = fig.add_subplot()
     drawn = {name: xy for name, xy in curves.items() if xy[0].size}
     if not drawn:
-        _no_data(ax, "no sequence has a positive mass gain")
+        no_data(ax, "no sequence has a positive mass gain")
         return fig
     left = min(float(x[0]) for x, _ in drawn.values()) / 3.0
     for colour, (name, (x, y)) in zip(cycle(SERIES), drawn.items()):
@@ -176,7 +179,7 @@ def shell_heatmap_figure(shares: np.ndarray) -> Figure:
     fig = new_figure(5.0, 5.0)
     ax = fig.add_subplot()
     if not shares.shape[0]:
-        _no_data(ax, "no near-verbatim extracted sequence")
+        no_data(ax, "no near-verbatim extracted sequence")
         return fig
     order = np.argsort(-shares[:, 0], kind="stable")
     image = ax.imshow(shares[order], aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="antialiased")
@@ -193,7 +196,7 @@ def shell_violin_figure(shares: np.ndarray, medians: Sequence[float | None]) -> 
     fig = new_figure()
     ax = fig.add_subplot()
     if not shares.shape[0]:
-        _no_data(ax, "no near-verbatim extracted sequence")
+        no_data(ax, "no near-verbatim extracted sequence")
         return fig
     for eps in range(shares.shape[1]):
         column = shares[:, eps]
@@ -234,7 +237,7 @@ def rates_figure(panels: Mapping[str, Mapping[str, Mapping[str, Any]]], tau: flo
     for ax, (title, series) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
         drawn = [_rate_series(ax, rates, name, colour) for colour, (name, rates) in zip(cycle(SERIES), series.items())]
         if not any(drawn):
-            _no_data(ax, "no sequences")
+            no_data(ax, "no sequences")
             continue
         ax.set_title(plain(title))
         ax.set_xlabel("ε (edit distance allowed)")
@@ -250,7 +253,7 @@ def np_curves_figure(panels: Mapping[str, Mapping[str, Any]]) -> Figure:
     fig = new_figure(6.4 * len(panels), 4.4)
     for ax, (title, curves) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
         if not curves["count"]:
-            _no_data(ax, "no sequences")
+            no_data(ax, "no sequences")
             continue
         for colour, p in zip(SERIES, curves["p_grid"]):
             ax.plot(curves["n_grid"], [100.0 * r for r in curves["rates"][f"{p:g}"]], color=colour, label=f"p = {p:g}")
@@ -270,7 +273,7 @@ def position_heatmap_figure(heatmaps: Sequence[BookHeatmap], tau: float, label: 
     rows = [(h, name, values) for h in heatmaps for name, values in (("p_z", h.verbatim), (label, h.near_verbatim)) if values is not None]
     fig = new_figure(9.0, 0.9 + 0.55 * max(len(rows), 1))
     if not rows:
-        _no_data(fig.add_subplot(), "no probabilities to map")
+        no_data(fig.add_subplot(), "no probabilities to map")
         return fig
     cmap = matplotlib.colormaps["Blues"].with_extremes(under="white", bad="white")
     norm = LogNorm(vmin=tau, vmax=1.0)
@@ -294,7 +297,7 @@ def nv_recall_figure(bars: Sequence[RecallBar]) -> Figure:
     fig = new_figure(6.4, 1.2 + 0.5 * max(len(bars), 1))
     ax = fig.add_subplot()
     if not bars:
-        _no_data(ax, "no books")
+        no_data(ax, "no books")
         return fig
     chapters = any(b.per_chapter is not None for b in bars)
     height = 0.4 if chapters else 0.7
@@ -315,7 +318,7 @@ def book_strips_figure(book_strips: Sequence[Strip]) -> Figure:
     """Per book a strip over its words with the extracted near-verbatim blocks coloured (Books Fig. 5)."""
     fig = new_figure(9.0, 0.6 + 0.6 * max(len(book_strips), 1))
     if not book_strips:
-        _no_data(fig.add_subplot(), "no books")
+        no_data(fig.add_subplot(), "no books")
         return fig
     axes = fig.subplots(len(book_strips), 1, squeeze=False)[:, 0]
     for ax, strip in zip(axes, book_strips):
