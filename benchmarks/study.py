@@ -43,7 +43,7 @@ def study_file(folder: Path, stride: int) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--stride", type=int, default=400, help="characters between windows (smaller: more windows)")
+    parser.add_argument("--stride", type=int, default=1500, help="characters between windows (smaller: more windows)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,7 +1,8 @@
 """docs/figures.md: every entry's study, run as its command runs it, draws the entry's figure, and the study pages
 open in real headless Chromium with every image loaded and no console error.
 
-The studies are the ready ones in studies/, small by design; they run on the session's SmolLM2 (one load).
+The studies are the ready ones in studies/; they run on the session's SmolLM2 (one load). At minutes per study on
+two cores they are left out of the default run: `python -m pytest -m catalogue tests/real/test_figures_catalogue.py`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import pytest
 from memrisk.report.html import write_report
 from memrisk.study import run_study
 from tests.integration.test_report_html import BROWSER_MISSING, browser, full_page_png  # noqa: F401  (fixture used by name)
+
+pytestmark = pytest.mark.catalogue
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = REPO / "docs" / "figures.md"
