@@ -76,6 +76,16 @@ def model_dir(tmp_path_factory, word_model) -> Path:
 
 
 @pytest.fixture(scope="session")
+def other_model_dir(tmp_path_factory) -> Path:
+    """A second word-level tiny model (seed 2, the same tokenizer) saved as a folder, for comparisons across models."""
+    folder = tmp_path_factory.mktemp("other-model")
+    tokenizer = word_tokenizer()
+    tiny_gpt2(vocab_size=len(tokenizer), seed=2, n_positions=256).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def demo_model():
     """The demo's trained model (cached across runs) and its corpus."""
     from memrisk.demo.corpus import build_demo_corpus
