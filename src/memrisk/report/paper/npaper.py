@@ -7,9 +7,7 @@ p_z is always read as natural-log `log_p.<policy>` and compared in log space (me
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from itertools import cycle
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +18,7 @@ from memrisk.extraction.rates import is_extractable, p_reached
 from memrisk.methods.monte_carlo import estimates
 from memrisk.report.figures import SERIES, new_figure, np_curves_axes, plain
 from memrisk.report.metrics import np_curves
-from memrisk.report.paper.base import PaperFigure, Rows
+from memrisk.report.paper.base import PaperFigure, Rows, series_names
 from memrisk.report.study_data import StudyCell, StudyData
 
 POLICY_PANEL_P = (0.1, 0.9)
@@ -30,11 +28,6 @@ HISTOGRAM_N = 100
 DUPLICATE_POINTS = ((10, 0.1), (1000, 0.1), (10, 0.9), (1000, 0.9))
 """The (n, p) settings Fig. 6 draws next to the greedy and p_z ≥ τ_min rates."""
 P_STYLES = ("-", "--", "-.", ":")
-
-
-def short_model(name: str) -> str:
-    """A model's name as a legend shows it: the last part of a path, the name itself otherwise."""
-    return Path(name).name or name
 
 
 def target_values(study: StudyData, cell: StudyCell, column: str) -> np.ndarray:
@@ -91,12 +84,6 @@ def curves_of(rows: Rows) -> dict[tuple[str, str], dict[str, Any]]:
         if len(entry["p_grid"]) == 1:
             entry["n_grid"].append(row["n"])
     return out
-
-
-def series_names(cells: Sequence[str], models: Sequence[str]) -> dict[str, str]:
-    """Per cell a legend name: its model's short name, with the cell's name when models repeat."""
-    shorts = [short_model(m) for m in models]
-    return {cell: short if shorts.count(short) == 1 else f"{short} [{cell}]" for cell, short in zip(cells, shorts)}
 
 
 def _cell_names(curves: dict[tuple[str, str], dict[str, Any]]) -> dict[str, str]:
