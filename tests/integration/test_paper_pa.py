@@ -96,7 +96,7 @@ def column(study: Path, cells: list[str], name: str, dataset: str = "targets") -
 
 
 def test_each_figure_applies_only_where_the_study_has_its_axes_and_methods(counterfactual_study, prefix_study) -> None:
-    """Compositions with baselines and two models: Figs. 2, 3, 4; a prefix-length axis on one model: Fig. 5."""
+    """Compositions with baselines and two models of two sizes: Figs. 2, 3, 4; a prefix-length axis on one model: Fig. 5."""
     expected = {counterfactual_study: {"pa-fig2-counterfactual", "pa-fig3-counterfactual-sequences", "pa-fig4-models"},
                 prefix_study: {"pa-fig5-prefix-length"}}
     for study, slugs in expected.items():
@@ -155,6 +155,7 @@ def test_correlations_are_pearson_and_spearman_with_tied_ranks() -> None:
 def test_model_rows_count_extractable_and_pa_memorized_windows_per_model(counterfactual_study) -> None:
     """Fig. 4: per cell, the target windows with P(s|p) > m, with also P(s|p)/v̂ > n, their share, the parameter count."""
     rows = read_csv(counterfactual_study / "figures" / "pa-fig4-models.csv")
+    assert len({r["parameters"] for r in rows}) == 2
     assert [r["cell"] for r in rows] == ["exact0-near4", "exact2-near2-a", "exact2-near2-b", "baseline-near2"]
     for row in rows:
         stored = [r for r in records(counterfactual_study, row["cell"]) if r["dataset"] == "targets"]

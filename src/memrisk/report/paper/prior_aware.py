@@ -35,8 +35,8 @@ def pa_counts(cell: StudyCell, dataset: str) -> dict[str, Any]:
             "pa_rate": rules.fraction(kept, windows), "pa_share": rules.fraction(kept, found)}
 
 
-def _models_apply(study: StudyData) -> bool:
-    return study.has_method("prior_aware") and study.varies("model.name")
+def _sizes_apply(study: StudyData) -> bool:
+    return study.has_method("prior_aware") and len({cell.versions["model"]["parameters"] for cell in study.cells}) > 1
 
 
 def model_rows(study: StudyData) -> Rows:
@@ -70,7 +70,8 @@ def models_figure(rows: Rows) -> Figure:
         shares = [(i, part[cells[i]]["pa_share"]) for i in x if part[cells[i]]["pa_share"] is not None]
         share_ax.plot([i for i, _ in shares], [100.0 * s for _, s in shares], lw=4.0, alpha=0.35, color=colour,
                       label=plain(f"{dataset}: PA share"))
-    ax.set_xticks(range(len(cells)), [plain(f"{names[c]}\n{_size(rows, c)}") for c in cells], fontsize=8)
+    ax.set_xticks(range(len(cells)), [plain(f"{names[c]}\n{_size(rows, c)}") for c in cells], fontsize=8,
+                  rotation=30 if len(cells) > 4 else 0, ha="right" if len(cells) > 4 else "center")
     ax.set(xlabel="model (by parameter count)", ylabel="sequences")
     ax.set_ylim(bottom=0.0)
     share_ax.set_ylim(0.0, 105.0)
@@ -276,8 +277,8 @@ FIGURES: tuple[PaperFigure, ...] = (
                 "counterfactual against prior-aware memorization, one point per sequence", _counterfactual_applies,
                 sequence_rows, sequences_figure),
     PaperFigure("pa-fig4-models", "prior-aware", "Fig. 4",
-                "extractable (P(s|p) > m) against PA-memorized sequences per model, and the PA share",
-                _models_apply, model_rows, models_figure),
+                "extractable (P(s|p) > m) against PA-memorized sequences per model, by model size, and the PA share",
+                _sizes_apply, model_rows, models_figure),
     PaperFigure("pa-fig5-prefix-length", "prior-aware", "Fig. 5",
                 "extractable and PA-memorized sequences against the prefix length", _prefix_applies, prefix_rows, prefix_figure),
 )
