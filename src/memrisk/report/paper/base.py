@@ -48,6 +48,9 @@ def short_model(name: str) -> str:
 
 
 def series_names(cells: Sequence[str], models: Sequence[str]) -> dict[str, str]:
-    """Per cell a legend name: its model's short name, with the cell's name when models repeat."""
+    """Per cell a legend name: its model's short name; the cell's name when every cell has the same model; both when
+    some models repeat."""
     shorts = [short_model(m) for m in models]
+    if len(set(shorts)) == 1 < len(cells):
+        return dict(zip(cells, cells))
     return {cell: short if shorts.count(short) == 1 else f"{short} [{cell}]" for cell, short in zip(cells, shorts)}

@@ -132,19 +132,22 @@ def models_figure(rows: Rows) -> Figure:
 
 
 def policies_figure(rows: Rows) -> Figure:
-    """(n,p) paper Fig. 12: at p = 0.1 and p = 0.9 one panel each, a line per policy (and cell), greedy dashed."""
+    """(n,p) paper Fig. 12: at p = 0.1 and p = 0.9 one panel each, a colour per policy and a line style per cell,
+    the greedy rates in black."""
     curves = curves_of(rows)
     names = _cell_names(curves)
-    several = len(names) > 1
+    colours = dict(zip(dict.fromkeys(policy for _, policy in curves), cycle(SERIES)))
+    styles = dict(zip(names, cycle(P_STYLES)))
     fig = new_figure(13.0, 4.6)
     for ax, p in zip(fig.subplots(1, len(POLICY_PANEL_P), squeeze=False)[0], POLICY_PANEL_P):
-        for colour, ((cell, policy), entry) in zip(cycle(SERIES), curves.items()):
+        for (cell, policy), entry in curves.items():
             if entry["count"] and f"{p:g}" in entry["rates"]:
-                label = f"{policy} [{names[cell]}]" if several else policy
-                ax.plot(entry["n_grid"], [100.0 * r for r in entry["rates"][f"{p:g}"]], color=colour, label=plain(label))
-        greedy = {cell: e["greedy"] for (cell, _), e in curves.items() if e["greedy"] is not None}
-        for style, (cell, rate) in zip(cycle(("--", ":")), greedy.items()):
-            ax.axhline(100.0 * rate, color="black", ls=style, lw=1.0, label=plain(f"greedy [{names[cell]}]" if several else "greedy"))
+                label = f"{policy}, {names[cell]}" if len(names) > 1 else policy
+                ax.plot(entry["n_grid"], [100.0 * r for r in entry["rates"][f"{p:g}"]], color=colours[policy], ls=styles[cell],
+                        label=plain(label))
+        for cell, entry in {cell: e for (cell, _), e in curves.items() if e["greedy"] is not None}.items():
+            ax.axhline(100.0 * entry["greedy"], color="black", ls=styles[cell], lw=1.0,
+                       label=plain(f"greedy, {names[cell]}" if len(names) > 1 else "greedy"))
         ax.set_xscale("log")
         ax.set(title=f"p = {p:g}", xlabel="n (number of generations)", ylabel="(n,p)-extraction rate, %")
         ax.legend(fontsize=7)
@@ -168,18 +171,19 @@ def pz_rows(study: StudyData) -> Rows:
 
 
 def histogram_figure(rows: Rows) -> Figure:
-    """(n,p) paper Fig. 13: per (cell, policy) column, the suffix perplexities (row 1) and the probabilities of
-    sampling the suffix within n = 100 generations (row 2); windows with p_z = 0 are counted, not drawn."""
+    """(n,p) paper Fig. 13: a column per policy and per cell (model) two rows, the suffix perplexities and the
+    probabilities of sampling the suffix within n = 100 generations; windows with p_z = 0 are counted, not drawn."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["cell"], row["policy"]), []).append(row)
     cells = list(dict.fromkeys(c for c, _ in groups))
+    policies = list(dict.fromkeys(p for _, p in groups))
     names = series_names(cells, [groups[next(k for k in groups if k[0] == c)][0]["model"] for c in cells])
-    fig = new_figure(3.6 * len(groups), 6.4)
-    axes = fig.subplots(2, len(groups), squeeze=False)
-    for j, ((cell, policy), part) in enumerate(groups.items()):
+    fig = new_figure(3.4 * len(policies), 5.6 * len(cells))
+    axes = fig.subplots(2 * len(cells), len(policies), squeeze=False)
+    for (cell, policy), part in groups.items():
+        top, bottom = axes[2 * cells.index(cell), policies.index(policy)], axes[2 * cells.index(cell) + 1, policies.index(policy)]
         drawn = [r for r in part if r["log10_perplexity"] is not None]
-        top, bottom = axes[0, j], axes[1, j]
         top.hist([r["log10_perplexity"] for r in drawn], bins=20, color=SERIES[0])
         bottom.hist([r[f"p_within_{HISTOGRAM_N}"] for r in drawn], bins=20, range=(0.0, 1.0), color=SERIES[2])
         top.set(title=plain(f"{names[cell]}, {policy}\n{len(part) - len(drawn)} of {len(part)} with p_z = 0"),
