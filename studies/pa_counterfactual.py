@@ -1,17 +1,23 @@
-"""Prior-aware vs counterfactual memorization on small models trained here (PA paper §4.1.3, scaled down).
+"""Prior-aware vs counterfactual memorization on small models trained here (PA paper §4.1.3, scaled down), as a study.
 
-Each target sequence is injected into a base corpus as `exact` verbatim copies plus `near`
-near-duplicates that keep 20% of its words in place (the rest replaced by random corpus words),
-for the PA paper's seven compositions scaled by 1/5: (0,36), (2,30), (4,24), (6,18), (8,12),
-(10,6), (12,0). A target model trains on base + exact copies + near-duplicates; its baseline
-on base + near-duplicates only. Per composition, over seeds and targets:
+Each target sequence is injected into a base corpus as `exact` verbatim copies plus `near` near-duplicates that keep
+20% of its words in place (the rest replaced by random corpus words), for the PA paper's seven compositions scaled by
+1/5: (0,36), (2,30), (4,24), (6,18), (8,12), (10,6), (12,0). Per seed and composition a target model trains on base +
+near-duplicates + exact copies, and (with exact copies) a baseline on base + near-duplicates only. The script
 
-  counterfactual memorization (PA Eq. 6) = E_M[log P(s|p; M)] − E_M'[log P(s|p; M')]
-  prior-aware memorization   (PA Eq. 7) = E_M[log P(s|p; M)] − E_M[log v̂_s; M]
+1. trains the models into OUT/T-targets/models/ (a model already there is kept: a re-run, or one with more seeds,
+   trains only the missing ones) and writes the targets and the base corpus into OUT/T-targets/data/;
+2. writes OUT/T-targets/study-S-seeds.yaml: one named cell per model, whose targets dataset says `duplicates: EXACT`
+   (0 for a baseline) and `near_duplicates: NEAR`, scored by the prior_aware method against a bank of 2 × 100 windows
+   of the base corpus (a dataset of role `bank`; m = 0 and n = 1, since only the logs are compared);
+3. runs it into OUT/T-targets/study-S-seeds/ (`memrisk study`), whose report draws PA Figs. 2–3:
+     counterfactual memorization (PA Eq. 6) = E_M[log P(s|p; M)] − E_M'[log P(s|p; M')]
+     prior-aware memorization   (PA Eq. 7) = E_M[log P(s|p; M)] − E_M[log v̂_s; M]
+   per composition (figures/pa-fig2-counterfactual.csv) and per target sequence (pa-fig3-counterfactual-sequences.csv);
+4. prints the compositions and the correlations and writes them as JSON (--results).
 
-and their correlation across compositions and across individual (target, model) points.
-
-Run: python studies/pa_counterfactual.py [--seeds 2] [--targets 4] [--out pa_counterfactual.json]
+Run: python studies/pa_counterfactual.py [--seeds 2] [--targets 4] [--out studies-out/pa-counterfactual]
+                                         [--results studies/pa_counterfactual_results.json]
 """
 
 from __future__ import annotations
@@ -20,17 +26,19 @@ import argparse
 import json
 import math
 import random
+import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-from scipy.stats import pearsonr, spearmanr
+import yaml
+from transformers import PreTrainedTokenizerFast
 
-import memrisk
-from memrisk.data import Document
+from memrisk.cli import main as memrisk_main
 from memrisk.demo.prose import source_documents
 from memrisk.demo.train import TrainingConfig, train_model, train_tokenizer
+from memrisk.report.paper.prior_aware import correlations, counterfactual_rows, sequence_rows
+from memrisk.report.study_data import load_study_data
 
 COMPOSITIONS = ((0, 36), (2, 30), (4, 24), (6, 18), (8, 12), (10, 6), (12, 0))
 OVERLAP = 0.2
@@ -41,14 +49,7 @@ MODEL = TrainingConfig(
     vocab_size=2048, hidden_size=128, num_layers=2, num_heads=4, intermediate_size=384,
     block_size=128, batch_size=4, steps=500, learning_rate=2e-3, warmup_steps=30,
 )
-
-
-@dataclass(frozen=True)
-class Scores:
-    """One model's log P(s|p) and log v̂_s for each target (natural logs)."""
-
-    log_p: list[float]
-    log_prior: list[float]
+LN10 = math.log(10.0)
 
 
 def near_duplicate(text: str, vocabulary: list[str], rng: random.Random) -> str:
@@ -58,79 +59,106 @@ def near_duplicate(text: str, vocabulary: list[str], rng: random.Random) -> str:
     return " ".join(w if i in keep else rng.choice(vocabulary) for i, w in enumerate(words))
 
 
-def score(lm: memrisk.LanguageModel, targets: list[str], bank_documents: list[Document], seed: int) -> Scores:
-    """log P(s|p) (full distribution) and the prior estimate for every target's 50+50-token window."""
-    ids = [lm.encode(t)[: PREFIX_TOKENS + SUFFIX_TOKENS] for t in targets]
-    bank = memrisk.PrefixBank.from_documents(lm, bank_documents, length=PREFIX_TOKENS, size=BANK_PER_TRIAL * TRIALS, seed=seed)
-    result = memrisk.prior_aware(lm, [i[:PREFIX_TOKENS] for i in ids], [i[PREFIX_TOKENS:] for i in ids], bank, m=0.0, n=1.0, trials=TRIALS)
-    return Scores([r.log_p for r in result.results], [r.log_prior for r in result.results])
+def corpora(targets: int) -> tuple[list[str], list[str]]:
+    """The first `targets` long documents (120 words each) as targets and 600 others as the base corpus."""
+    documents = source_documents()
+    random.Random(0).shuffle(documents)
+    long_ones = [d for d in documents if len(d.split()) >= 120][:targets]
+    return [" ".join(d.split()[:120]) for d in long_ones], [d for d in documents if d not in long_ones][:BASE_DOCUMENTS]
+
+
+def train_into(folder: Path, documents: list[str], tokenizer: PreTrainedTokenizerFast, seed: int) -> None:
+    """Train a model on `documents` and save it with the tokenizer (kept when the folder exists: a re-run resumes)."""
+    if folder.is_dir():
+        return
+    staging = folder.with_name(f".{folder.name}")
+    shutil.rmtree(staging, ignore_errors=True)
+    train_model(documents, tokenizer, MODEL, seed=seed, progress=False).save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    staging.rename(folder)
+
+
+def cell(name: str, model: Path, exact: int, near: int, seed: int) -> dict[str, Any]:
+    """A study cell: the model, what its training data held of the targets, and the bank's seed."""
+    return {"name": name, "set": {"model.name": str(model.resolve()), "datasets.0.duplicates": exact,
+                                  "datasets.0.near_duplicates": near, "prior_aware.seed": seed}}
+
+
+def train_all(out: Path, targets: list[str], base: list[str], seeds: int, started: float) -> list[dict[str, Any]]:
+    """Train every target and baseline model (one tokenizer for all) and return their study cells."""
+    vocabulary = sorted({w for d in base for w in d.split() if w.isalpha()})
+    tokenizer = train_tokenizer(base + targets, MODEL.vocab_size)
+    cells = []
+    for seed in range(seeds):
+        rng = random.Random(1000 + seed)
+        near = {n: [[near_duplicate(t, vocabulary, rng) for _ in range(n)] for t in targets] for _, n in COMPOSITIONS}
+        for exact, n in COMPOSITIONS:
+            injected = base + [d for per_target in near[n] for d in per_target]
+            name = f"seed{seed}-exact{exact}-near{n}"
+            train_into(out / "models" / name, injected + [t for t in targets for _ in range(exact)], tokenizer, seed)
+            cells.append(cell(name, out / "models" / name, exact, n, seed))
+            if exact:
+                baseline = f"seed{seed}-near{n}-baseline"
+                train_into(out / "models" / baseline, injected, tokenizer, seed)
+                cells.append(cell(baseline, out / "models" / baseline, 0, n, seed))
+            print(f"seed {seed} ({exact:2d} exact, {n:2d} near) trained at {time.monotonic() - started:5.0f} s", flush=True)
+    return cells
+
+
+def write_study(out: Path, targets: list[str], base: list[str], cells: list[dict[str, Any]], seeds: int) -> Path:
+    """The targets and the base corpus as JSONL, and the study over every trained model."""
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    for name, texts in (("targets", targets), ("base", base)):
+        (out / "data" / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    study = {
+        "base": {
+            "model": {"name": cells[0]["set"]["model.name"], "batch_size": 16},
+            "datasets": [{"name": "targets", "path": "data/targets.jsonl"}, {"name": "base", "path": "data/base.jsonl", "role": "bank"}],
+            "windows": {"mode": "doc", "prefix_length": PREFIX_TOKENS, "suffix_length": SUFFIX_TOKENS},
+            "policies": [{"name": "full"}],
+            "methods": ["prior_aware"],
+            "prior_aware": {"prefixes_per_trial": BANK_PER_TRIAL, "trials": TRIALS, "m": 0.0, "n": 1.0},
+        },
+        "cells": cells,
+    }
+    path = out / f"study-{seeds}-seeds.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def report(study: Path, results: Path, seconds: float) -> None:
+    """Print the compositions (log10) and the correlations; write both, and the per-sequence rows, as JSON."""
+    data = load_study_data(study)
+    rows, sequences = counterfactual_rows(data), sequence_rows(data)
+    print(f"\n{'exact':>5} {'near':>5} {'CF (Eq. 6)':>11} {'PA (Eq. 7)':>11} {'log10 P(s|p)':>13} {'log10 prior':>12}")
+    for r in rows:
+        print(f"{r['exact']:5d} {r['near']:5d} {r['counterfactual'] / LN10:11.2f} {r['prior_aware'] / LN10:11.2f} "
+              f"{r['mean_log_p'] / LN10:13.2f} {r['mean_log_prior'] / LN10:12.2f}")
+    found = {}
+    for name, part in (("compositions", rows), ("sequences", sequences)):
+        found[f"{name}_pearson"], found[f"{name}_spearman"] = correlations([r["counterfactual"] for r in part], [r["prior_aware"] for r in part])
+    print(f"\nacross the {len(rows)} compositions: Pearson {found['compositions_pearson']:.3f}, Spearman {found['compositions_spearman']:.3f}")
+    print(f"across {len(sequences)} (sequence, composition) points: Pearson {found['sequences_pearson']:.3f}, "
+          f"Spearman {found['sequences_spearman']:.3f}")
+    print(f"({len(data.cells)} models, {seconds / 60:.1f} min; figures in {study / 'figures'})")
+    results.write_text(json.dumps({"compositions": rows, "correlations": found, "sequences": sequences}, indent=1) + "\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--targets", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path("pa_counterfactual.json"))
+    parser.add_argument("--out", type=Path, default=Path("studies-out") / "pa-counterfactual")
+    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("pa_counterfactual_results.json"))
     args = parser.parse_args()
     started = time.monotonic()
-    documents = source_documents()
-    rng = random.Random(0)
-    rng.shuffle(documents)
-    long_ones = [d for d in documents if len(d.split()) >= 120]
-    targets = [" ".join(d.split()[:120]) for d in long_ones[: args.targets]]
-    base = [d for d in documents if d not in long_ones[: args.targets]][:BASE_DOCUMENTS]
-    vocabulary = sorted({w for d in base for w in d.split() if w.isalpha()})
-    tokenizer = train_tokenizer(base + targets, MODEL.vocab_size)
-    bank_documents = [Document(f"base{i}", d) for i, d in enumerate(base)]
-    points = []
-    for seed in range(args.seeds):
-        seed_rng = random.Random(1000 + seed)
-        near = {n: [[near_duplicate(t, vocabulary, seed_rng) for _ in range(n)] for t in targets] for _, n in COMPOSITIONS}
-        for exact, n in COMPOSITIONS:
-            injected_near = [d for per_target in near[n] for d in per_target]
-            runs = {}
-            for kind, extra in (("target", [t for t in targets for _ in range(exact)]), ("baseline", [])):
-                if kind == "baseline" and exact == 0:
-                    runs[kind] = runs["target"]
-                    continue
-                model = train_model(base + injected_near + extra, tokenizer, MODEL, seed=seed, progress=False)
-                lm = memrisk.load_model(model, tokenizer, batch_size=16)
-                runs[kind] = score(lm, targets, bank_documents, seed)
-            for i, _ in enumerate(targets):
-                points.append({
-                    "seed": seed, "exact": exact, "near": n, "target": i,
-                    "log_p": runs["target"].log_p[i], "log_prior": runs["target"].log_prior[i],
-                    "baseline_log_p": runs["baseline"].log_p[i],
-                })
-            print(f"seed {seed} ({exact:2d} exact, {n:2d} near) done at {time.monotonic() - started:5.0f} s", flush=True)
-    report(points, args, time.monotonic() - started)
-
-
-def report(points: list[dict], args: argparse.Namespace, seconds: float) -> None:
-    """Print per-composition means (log10) and the correlations; write everything as JSON."""
-    rows = []
-    print(f"\n{'exact':>5} {'near':>5} {'CF (Eq. 6)':>11} {'PA (Eq. 7)':>11} {'log10 P(s|p)':>13} {'log10 prior':>12}")
-    for exact, n in COMPOSITIONS:
-        group = [p for p in points if p["exact"] == exact]
-        log_p = np.mean([p["log_p"] for p in group])
-        cf = log_p - np.mean([p["baseline_log_p"] for p in group])
-        pa = log_p - np.mean([p["log_prior"] for p in group])
-        rows.append({"exact": exact, "near": n, "counterfactual": cf, "prior_aware": pa})
-        print(f"{exact:5d} {n:5d} {cf / math.log(10):11.2f} {pa / math.log(10):11.2f} "
-              f"{log_p / math.log(10):13.2f} {np.mean([p['log_prior'] for p in group]) / math.log(10):12.2f}")
-    cf, pa = [r["counterfactual"] for r in rows], [r["prior_aware"] for r in rows]
-    point_cf = [p["log_p"] - p["baseline_log_p"] for p in points]
-    point_pa = [p["log_p"] - p["log_prior"] for p in points]
-    correlations = {
-        "compositions_pearson": float(pearsonr(cf, pa)[0]),
-        "compositions_spearman": float(spearmanr(cf, pa)[0]),
-        "points_spearman": float(spearmanr(point_cf, point_pa)[0]),
-    }
-    print(f"\nacross the 7 compositions: Pearson {correlations['compositions_pearson']:.3f}, "
-          f"Spearman {correlations['compositions_spearman']:.3f}")
-    print(f"across {len(points)} (target, model) points: Spearman {correlations['points_spearman']:.3f}")
-    print(f"({args.seeds} seeds x {args.targets} targets, {seconds / 60:.1f} min)")
-    args.out.write_text(json.dumps({"compositions": rows, "correlations": correlations, "points": points}, indent=1))
+    targets, base = corpora(args.targets)
+    out = args.out / f"{args.targets}-targets"
+    cells = train_all(out, targets, base, args.seeds, started)
+    study = write_study(out, targets, base, cells, args.seeds)
+    if memrisk_main(["study", str(study), "--out", str(study.with_suffix(""))]) != 0:
+        raise SystemExit("the study failed")
+    report(study.with_suffix(""), args.results, time.monotonic() - started)
 
 
 if __name__ == "__main__":

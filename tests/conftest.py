@@ -27,11 +27,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_model)
 
 
-def tiny_gpt2(vocab_size: int = 8, seed: int = 0, n_positions: int = 64) -> GPT2LMHeadModel:
-    """A randomly initialised 2-layer GPT-2 with a small vocabulary (exact enumeration is cheap)."""
+def tiny_gpt2(vocab_size: int = 8, seed: int = 0, n_positions: int = 64, layers: int = 2) -> GPT2LMHeadModel:
+    """A randomly initialised GPT-2 (2 layers unless given) with a small vocabulary (exact enumeration is cheap)."""
     torch.manual_seed(seed)
     config = GPT2Config(
-        vocab_size=vocab_size, n_positions=n_positions, n_embd=TINY_HIDDEN, n_layer=2, n_head=2,
+        vocab_size=vocab_size, n_positions=n_positions, n_embd=TINY_HIDDEN, n_layer=layers, n_head=2,
         bos_token_id=None, eos_token_id=None, initializer_range=0.5,
     )
     return GPT2LMHeadModel(config).eval()
@@ -72,6 +72,17 @@ def model_dir(tmp_path_factory, word_model) -> Path:
     folder = tmp_path_factory.mktemp("model")
     word_model.model.save_pretrained(folder)
     word_model.tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def other_model_dir(tmp_path_factory) -> Path:
+    """A second, larger word-level tiny model (3 layers, seed 2, the same tokenizer) saved as a folder, for comparisons
+    across models and model sizes."""
+    folder = tmp_path_factory.mktemp("other-model")
+    tokenizer = word_tokenizer()
+    tiny_gpt2(vocab_size=len(tokenizer), seed=2, n_positions=256, layers=3).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     return folder
 
 

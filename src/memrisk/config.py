@@ -58,7 +58,8 @@ class ModelConfig(_Strict):
 
 
 class DatasetConfig(_Strict):
-    """A named set of documents: a file, or inline texts; role 'control' marks a negative control."""
+    """A named set of documents: a file, or inline texts; role 'control' marks a negative control, role 'bank' a
+    corpus that only the prior-aware prefix bank is drawn from (not cut into windows, not scored)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.+-]+$")
     path: str | None = None
@@ -66,10 +67,13 @@ class DatasetConfig(_Strict):
     format: Literal["auto", "txt", "jsonl", "parquet"] = "auto"
     text_field: str = "text"
     id_field: str | None = None
-    role: Literal["target", "control"] = "target"
+    role: Literal["target", "control", "bank"] = "target"
     limit: int | None = Field(None, ge=1)
     duplicates: int | None = Field(None, ge=0)
     """How many times these documents occurred in the model's training data, where known ((n,p) paper Fig. 6)."""
+    near_duplicates: int | None = Field(None, ge=0)
+    """How many near-duplicates of each document (20% of its words kept in place) were in the training data, where
+    known (PA paper §4.1.3: counterfactual baselines share them)."""
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetConfig:
@@ -138,7 +142,8 @@ class PriorAwareConfig(_Strict):
     """Prior-aware memorization settings (PA paper §4).
 
     The bank is `prefixes_per_trial` × `trials` windows of `prefix_length` tokens (default: the
-    windows' prefix length) drawn from `bank_datasets` (default: every target dataset).
+    windows' prefix length) drawn from `bank_datasets` (default: the datasets of role 'bank', else every
+    target dataset).
     `m` defaults by suffix length (1e-2 up to 10 tokens, else 1e-4); `n` is calibrated on
     generic sequences (PA Appendix B, or `generic_sequences`) unless given.
     """
@@ -248,6 +253,19 @@ class ExperimentConfig(_Strict):
         if unknown:
             raise ValueError(f"prior_aware.bank_datasets {unknown} are not datasets of this config {names}")
         return self
+
+    @model_validator(mode="after")
+    def _banks_are_drawn_from(self) -> ExperimentConfig:
+        if not self.scored_datasets():
+            raise ValueError("every dataset has role 'bank'; at least one must be scored (role 'target' or 'control')")
+        banks = [d.name for d in self.datasets if d.role == "bank"]
+        if banks and "prior_aware" not in self.methods:
+            raise ValueError(f"datasets {banks} have role 'bank', which only the prior_aware method draws from, and it is not among the methods")
+        return self
+
+    def scored_datasets(self) -> list[DatasetConfig]:
+        """The datasets cut into windows and scored: all but those of role 'bank'."""
+        return [d for d in self.datasets if d.role != "bank"]
 
     def mc_policy(self) -> PolicyConfig:
         """The policy Monte Carlo samples from: `mc.policy`, else the CBS policy."""

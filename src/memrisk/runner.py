@@ -60,7 +60,7 @@ def build_examples(
 ) -> tuple[list[Example], dict[str, Any]]:
     """All examples of the run and, per dataset, what windowing skipped or de-duplicated."""
     examples, info = [], {}
-    for dataset in config.datasets:
+    for dataset in config.scored_datasets():
         windows: WindowSet = make_windows(lm, documents[dataset.name], **config.windows.model_dump())
         examples += [Example(dataset.name, dataset.role, w) for w in windows.windows]
         info[dataset.name] = {

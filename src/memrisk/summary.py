@@ -68,7 +68,7 @@ def summarize(table: pa.Table, config: ExperimentConfig, window_info: dict[str, 
     rows = table.to_pydict()
     datasets = np.asarray(rows["dataset"])
     costs = token_eval_columns(table.column_names)
-    for dataset in config.datasets:
+    for dataset in config.scored_datasets():
         mask = datasets == dataset.name
         entry: dict[str, Any] = {"role": dataset.role, "examples": int(mask.sum())}
         if mask.any():

@@ -36,7 +36,8 @@ class PriorSetup:
 def prior_setup(config: ExperimentConfig, lm: LanguageModel, documents: Mapping[str, list[Document]]) -> PriorSetup:
     """Draw the run's prefix bank (seeded) and settle m and n (calibrating n once when asked)."""
     pa = config.prior_aware
-    names = pa.bank_datasets or [d.name for d in config.datasets if d.role == "target"] or [d.name for d in config.datasets]
+    names = pa.bank_datasets or [d.name for d in config.datasets if d.role == "bank"] or \
+        [d.name for d in config.datasets if d.role == "target"] or [d.name for d in config.datasets]
     pool = [Document(f"{name}/{doc.doc_id}", doc.text) for name in names for doc in documents[name]]
     length = pa.prefix_length or config.windows.prefix_length
     bank = PrefixBank.from_documents(lm, pool, length=length, size=pa.prefixes_per_trial * pa.trials, seed=pa.seed)

@@ -248,23 +248,28 @@ def rates_figure(panels: Mapping[str, Mapping[str, Mapping[str, Any]]], tau: flo
     return fig
 
 
+def np_curves_axes(ax: Axes, title: str, curves: Mapping[str, Any]) -> None:
+    """One panel of (n,p)-extraction rate against n for each p, greedy and max rate as lines ((n,p) paper Figs. 3, 14–17)."""
+    if not curves["count"]:
+        no_data(ax, "no sequences")
+        return
+    for colour, p in zip(SERIES, curves["p_grid"]):
+        ax.plot(curves["n_grid"], [100.0 * r for r in curves["rates"][f"{p:g}"]], color=colour, label=f"p = {p:g}")
+    if curves["greedy"] is not None:
+        ax.axhline(100.0 * curves["greedy"], color="black", ls="--", lw=1.0, label="greedy (verbatim)")
+    ax.axhline(100.0 * curves["max_rate"], color="grey", ls=":", lw=1.0, label="max rate (p_z > 0)")
+    ax.set_xscale("log")
+    ax.set_title(plain(title))
+    ax.set_xlabel("n (number of generations)")
+    ax.set_ylabel("(n,p)-extraction rate, %")
+    ax.legend(fontsize=7)
+
+
 def np_curves_figure(panels: Mapping[str, Mapping[str, Any]]) -> Figure:
     """(n,p)-extraction rate against n for each p, with the greedy verbatim rate as a line."""
     fig = new_figure(6.4 * len(panels), 4.4)
     for ax, (title, curves) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
-        if not curves["count"]:
-            no_data(ax, "no sequences")
-            continue
-        for colour, p in zip(SERIES, curves["p_grid"]):
-            ax.plot(curves["n_grid"], [100.0 * r for r in curves["rates"][f"{p:g}"]], color=colour, label=f"p = {p:g}")
-        if curves["greedy"] is not None:
-            ax.axhline(100.0 * curves["greedy"], color="black", ls="--", lw=1.0, label="greedy (verbatim)")
-        ax.axhline(100.0 * curves["max_rate"], color="grey", ls=":", lw=1.0, label="max rate (p_z > 0)")
-        ax.set_xscale("log")
-        ax.set_title(plain(title))
-        ax.set_xlabel("n (number of generations)")
-        ax.set_ylabel("(n,p)-extraction rate, %")
-        ax.legend(fontsize=7)
+        np_curves_axes(ax, title, curves)
     return fig
 
 

@@ -127,7 +127,7 @@ def rates_table(run: Run) -> Html:
         header += ["CBS LB_0 ≥ τ", f"CBS {run.near_label} ≥ τ"]
     if run.near_verbatim:
         header += ["near-verbatim only, p_z = 0", "near-verbatim only, 0 < p_z < τ"]
-    groups = [(d.name, d.role, a.dataset == d.name) for d in run.config.datasets]
+    groups = [(d.name, d.role, a.dataset == d.name) for d in run.config.scored_datasets()]
     groups += [(f"all {role}s", role, a.role == role) for role in metrics.ROLES]
     rows = []
     for name, role, mask in groups:
@@ -158,7 +158,7 @@ def cost_table(costs: dict[str, dict[str, Any]]) -> Html:
 def certificate_table(run: Run) -> Html:
     """Per dataset and ε: mean LB_ε, mean UB_ε, mean UB_ε − LB_ε and the share certified to within 1e-3 (CBS §E)."""
     a, rows = run.arrays, []
-    for d in run.config.datasets:
+    for d in run.config.scored_datasets():
         part = a.subset(a.dataset == d.name)
         cert = rules.certificate(part.lower, part.upper)
         rows += [(d.name, d.role, e, *(mass_text(cert[k][e]) for k in ("mean_lower", "mean_upper", "mean_gap")),
@@ -221,8 +221,8 @@ def run_pictures(run: Run, prefix: str) -> list[Picture]:
     roles = {role: run.role(role) for role in metrics.ROLES if (a.role == role).any()}
     pics = near_verbatim_pictures(run, prefix) if run.near_verbatim else []
     panels = {"by role": {role: metrics.extraction_rates(part, tau) for role, part in roles.items()}}
-    if 2 < len(c.datasets) <= len(figures.SERIES):
-        panels["by dataset"] = {d.name: metrics.extraction_rates(a.subset(a.dataset == d.name), tau) for d in c.datasets}
+    if 2 < len(c.scored_datasets()) <= len(figures.SERIES):
+        panels["by dataset"] = {d.name: metrics.extraction_rates(a.subset(a.dataset == d.name), tau) for d in c.scored_datasets()}
     pics.append(picture(f"{prefix}rates", "Extraction rate against ε: greedy (dist ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim "
                         "p_z ≥ τ_min (dashed).", figures.rates_figure(panels, tau)))
     if a.log_p is not None:

@@ -47,6 +47,11 @@ class StudyCell:
         return RecordStore.existing(self.folder).read_records()
 
     @cached_property
+    def versions(self) -> dict[str, Any]:
+        """The cell's versions.json: software and model provenance (`model.parameters`, dtype, device, ...)."""
+        return RecordStore.existing(self.folder).read_json(layout.VERSIONS)
+
+    @cached_property
     def arrays(self) -> RunArrays:
         """The record columns the report's metrics use."""
         return run_arrays(self.records, self.config)

@@ -6,8 +6,9 @@ the study page shows it under its caption, which names the paper and the figure 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -39,3 +40,17 @@ class PaperFigure:
     @property
     def caption(self) -> str:
         return f"{self.paper} paper {self.number}: {self.title}"
+
+
+def short_model(name: str) -> str:
+    """A model's name as a legend shows it: the last part of a path, the name itself otherwise."""
+    return Path(name).name or name
+
+
+def series_names(cells: Sequence[str], models: Sequence[str]) -> dict[str, str]:
+    """Per cell a legend name: its model's short name; the cell's name when every cell has the same model; both when
+    some models repeat."""
+    shorts = [short_model(m) for m in models]
+    if len(set(shorts)) == 1 < len(cells):
+        return dict(zip(cells, cells))
+    return {cell: short if shorts.count(short) == 1 else f"{short} [{cell}]" for cell, short in zip(cells, shorts)}
