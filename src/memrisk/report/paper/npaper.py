@@ -254,11 +254,12 @@ def _error_panel(ax: Any, rows: Rows) -> None:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["cell"], row["dataset"]), []).append(row)
+    several = len({cell for cell, _ in groups}) > 1
     for colour, ((cell, dataset), part) in zip(cycle(SERIES), groups.items()):
         budgets = sorted({r["budget"] for r in part})
         at = [[r for r in part if r["budget"] == b] for b in budgets]
         errors = [float(np.mean([abs(r["mc_estimate"] - r["p_z"]) for r in points])) for points in at]
-        ax.plot(budgets, errors, marker="o", color=colour, label=plain(f"{dataset} [{cell}]"))
+        ax.plot(budgets, errors, marker="o", color=colour, label=plain(f"{dataset} [{cell}]" if several else dataset))
         for budget, error, points in zip(budgets, errors, at):
             ax.annotate(f"{np.mean([r['covered'] for r in points]):.0%}", (budget, error), textcoords="offset points",
                         xytext=(4, 4), fontsize=7, color=colour)
