@@ -32,22 +32,12 @@ import time
 from collections.abc import Callable
 
 import torch
-from teacher_forcing import docstring_text
+from teacher_forcing import make_windows
 
 import memrisk
 from memrisk.methods.monte_carlo import MAX_ROWS
 
 EPSILON = 5
-
-
-def make_windows(lm: memrisk.LanguageModel, n: int, prefix: int, suffix: int) -> tuple[list[list[int]], list[list[int]]]:
-    """n consecutive, non-overlapping prefix + suffix token windows sliced from one token list."""
-    ids = lm.encode(docstring_text())
-    width = prefix + suffix
-    if len(ids) < n * width:
-        raise SystemExit(f"only {len(ids)} tokens of docstrings: at most {len(ids) // width} windows")
-    starts = range(0, n * width, width)
-    return [ids[s:s + prefix] for s in starts], [ids[s + prefix:s + width] for s in starts]
 
 
 def per_batch(lm: memrisk.LanguageModel, prefix: list[int], suffix: list[int], samples: int) -> int:

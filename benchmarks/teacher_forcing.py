@@ -61,14 +61,16 @@ def docstring_text() -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def make_windows(lm: memrisk.LanguageModel, n: int) -> tuple[list[list[int]], list[list[int]]]:
-    """n consecutive, non-overlapping 50 + 50 token windows sliced from one token list."""
+def make_windows(
+    lm: memrisk.LanguageModel, n: int, prefix: int = PREFIX_TOKENS, suffix: int = SUFFIX_TOKENS
+) -> tuple[list[list[int]], list[list[int]]]:
+    """n consecutive, non-overlapping prefix + suffix token windows (50 + 50 by default) sliced from one token list."""
     ids = lm.encode(docstring_text())
-    width = PREFIX_TOKENS + SUFFIX_TOKENS
+    width = prefix + suffix
     if len(ids) < n * width:
         raise SystemExit(f"only {len(ids)} tokens of docstrings: at most {len(ids) // width} windows")
     starts = range(0, n * width, width)
-    return [ids[s:s + PREFIX_TOKENS] for s in starts], [ids[s + PREFIX_TOKENS:s + width] for s in starts]
+    return [ids[s:s + prefix] for s in starts], [ids[s + prefix:s + width] for s in starts]
 
 
 def main() -> None:

@@ -17,12 +17,11 @@ import yaml
 from scipy.stats import pearsonr, spearmanr
 
 import memrisk
-from memrisk.cli import main
 from memrisk.config import parse_config
 from memrisk.errors import MemriskError
 from memrisk.report.paper.prior_aware import correlations
 from tests.conftest import WORDS
-from tests.integration.test_paper_np import sampled_texts
+from tests.integration.test_paper_np import run_study, sampled_texts
 
 LN10 = math.log(10.0)
 SLUGS = ("pa-fig2-counterfactual", "pa-fig3-counterfactual-sequences", "pa-fig4-models", "pa-fig5-prefix-length")
@@ -50,14 +49,6 @@ def experiment(model_dir: Path, texts: list[str], **overrides) -> dict:
         "prior_aware": {"prefixes_per_trial": 6, "trials": 2, "m": 1e-4, "n": 3.0},
         "tau_min": 1e-3,
     } | overrides
-
-
-def run_study(folder: Path, study: dict) -> Path:
-    """`memrisk study` on `study` into folder/out (which it returns)."""
-    path = folder / "study.yaml"
-    path.write_text(yaml.safe_dump(study), encoding="utf-8")
-    assert main(["study", str(path), "--out", str(folder / "out")]) == 0
-    return folder / "out"
 
 
 def composition(name: str, model: Path, exact: int, near: int) -> dict:
