@@ -22,7 +22,7 @@ STORY_WORDS = 90
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(path.open(encoding="utf-8")))
+    return list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
 
 
 def number(text: str) -> float | None:

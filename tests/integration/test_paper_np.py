@@ -78,7 +78,7 @@ def model_study(tmp_path_factory, model_dir, other_model_dir, texts) -> Path:
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(path.open(encoding="utf-8")))
+    return list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
 
 
 @functools.cache

@@ -147,7 +147,7 @@ def test_the_study_report_tabulates_every_cell_and_draws_each_number_against_eac
     study = write_study(tmp_path, model_dir, GRID)
     out = tmp_path / "out"
     assert main(["study", study, "--out", str(out)]) == 0
-    rows = list(csv.DictReader((out / "study.csv").open()))
+    rows = list(csv.DictReader((out / "study.csv").read_text().splitlines()))
     assert [r["cell"] for r in rows] == ["beam_width=1_epsilon=0", "beam_width=1_epsilon=1", "beam_width=2_epsilon=0", "beam_width=2_epsilon=1"]
     for row in rows:
         summary = json.loads((out / "cells" / row["cell"] / "summary.json").read_text())

@@ -88,7 +88,7 @@ def axis_pictures(axes: list[str], metrics: list[str], rows: list[MetricRow]) ->
                     ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
             ax.set_xlabel(axis)
             ax.set_ylabel(metric)
-            if others:
+            if others and ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize="small")
             slug = f"study-{axis}-{metric}".replace("/", "-")
             pics.append(picture(slug, f"{metric} against {axis}", fig))
