@@ -10,12 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from memrisk import layout
-from memrisk.errors import MemriskError
 from memrisk.report.figures import new_figure
 from memrisk.report.markup import Html, Picture, figure_html, join, note, picture, table, tag
 from memrisk.report.paper import Reproduced, reproduce
-from memrisk.report.study_data import load_study_data
-from memrisk.store import RecordStore
+from memrisk.report.study_data import StudyData, load_study_data
 
 MetricRow = dict[str, Any]
 
@@ -41,18 +39,10 @@ def headline(summary: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
-def study_rows(folder: Path) -> tuple[list[str], list[MetricRow]]:
-    """The grid axes and, per cell in study order, its settings and headline numbers (read from each cell's
-    summary.json, which the cell wrote when it completed; `memrisk report CELL` rebuilds one from its records)."""
-    cells = RecordStore.existing(folder).read_json(layout.STUDY_CELLS)
-    axes = list(dict.fromkeys(key for cell in cells for key in cell["changes"]))
-    rows = []
-    for cell in cells:
-        path = Path(folder) / layout.CELLS / cell["name"]
-        if not (path / layout.SUMMARY).is_file():
-            raise MemriskError(f"study cell {cell['name']} is not complete; re-run `memrisk study` to finish it")
-        rows.append({"cell": cell["name"], **cell["changes"], **headline(RecordStore.existing(path).read_json(layout.SUMMARY))})
-    return axes, rows
+def study_rows(study: StudyData) -> list[MetricRow]:
+    """Per cell in study order, its settings and headline numbers (from each cell's summary.json, which the cell
+    wrote when it completed; `memrisk report CELL` rebuilds one from its records)."""
+    return [{"cell": cell.name, **cell.changes, **headline(cell.summary)} for cell in study.cells]
 
 
 def csv_text(columns: Sequence[str], rows: Sequence[MetricRow]) -> str:
@@ -120,8 +110,9 @@ def _shown(value: Any) -> Any:
 
 def study_section(folder: Path) -> tuple[Html, list[Picture], str, list[Reproduced]]:
     """The study's HTML section, its figures, its CSV and the papers' figures it reproduces."""
-    axes, rows = study_rows(folder)
-    reproduced = reproduce(load_study_data(folder))
+    study = load_study_data(folder)
+    axes, rows = study.axes, study_rows(study)
+    reproduced = reproduce(study)
     metrics = list(dict.fromkeys(k for row in rows for k in row if k not in axes and k != "cell"))
     columns = ["cell", *axes, *metrics]
     shown = [[row.get(c) if not isinstance(row.get(c), float) else f"{row[c]:.4g}" for c in columns] for row in rows]
