@@ -40,6 +40,16 @@ def _run(args: argparse.Namespace) -> None:
     print(f"\nrecords, summary.json and config in {out}/; report: {report}")
 
 
+def _setting(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` from the command line: a dotted config key and a YAML value."""
+    import yaml
+
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"give KEY=VALUE (a dotted config key, e.g. windows.limit=2), got {text!r}")
+    return key, yaml.safe_load(value)
+
+
 def _study(args: argparse.Namespace) -> None:
     from memrisk.layout import STUDY_TABLE
     from memrisk.lock import locked_folder
@@ -47,14 +57,15 @@ def _study(args: argparse.Namespace) -> None:
     from memrisk.study import cost_estimate_lines, dry_run_lines, load_study, run_study
 
     out = Path(args.out) if args.out else Path("studies-out") / Path(args.study).stem
+    overrides = dict(args.set)
     if args.dry_run:
-        _, cells = load_study(args.study)
+        _, cells = load_study(args.study, overrides)
         print(f"{len(cells)} cells into {out}/:")
         print("\n".join("  " + line for line in dry_run_lines(cells)))
         print("estimated cost (tokenizers and model configs read, no weights):")
         print("\n".join("  " + line for line in cost_estimate_lines(cells, out)))
         return
-    summaries = run_study(args.study, out, force=args.force, ray=args.ray is not None, ray_address=args.ray or None)
+    summaries = run_study(args.study, out, force=args.force, ray=args.ray is not None, ray_address=args.ray or None, overrides=overrides)
     with locked_folder(out):
         report = write_report([out])
     print(f"{len(summaries)} cells in {out}/cells/: " + ", ".join(summaries))
@@ -173,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("study", help="study YAML: base (an experiment config or its path), grid and/or cells")
     study.add_argument("--out", help="output folder (default: studies-out/<study name>)")
     study.add_argument("--force", action="store_true", help="discard the cells of a different study and start again")
+    study.add_argument(
+        "--set", action="append", default=[], type=_setting, metavar="KEY=VALUE",
+        help="change the base config of every cell, e.g. --set windows.limit=2 for a quick look (repeatable; VALUE is YAML)",
+    )
     study.add_argument("--dry-run", action="store_true", help="list the cells, their cost per window and their estimated token evaluations and wall time; load no weights")
     study.add_argument(
         "--ray", nargs="?", const="", metavar="ADDRESS",

@@ -89,6 +89,8 @@ class WindowConfig(_Strict):
     prefix_length: int = Field(defaults.PREFIX_LENGTH, ge=0)
     suffix_length: int = Field(defaults.SUFFIX_LENGTH, ge=1)
     stride: int = Field(defaults.STRIDE, ge=1)
+    limit: int | None = Field(None, ge=1)
+    """The first `limit` windows of each dataset only: a quick look at a large run (None: every window)."""
 
 
 class PolicyConfig(_Strict):

@@ -108,9 +108,12 @@ def cell_name(changes: dict[str, Any]) -> str:
     return "_".join(f"{_slug(key.split('.')[-1])}={_slug(value)}" for key, value in changes.items()) or "base"
 
 
-def study_cells(study: StudyConfig, base_dir: Path) -> list[Cell]:
-    """Every cell of the study, grid cells in product order, each within each named cell, validated."""
-    base = read_yaml_mapping(base_dir / study.base, "model, datasets") if isinstance(study.base, str) else study.base
+def study_cells(study: StudyConfig, base_dir: Path, overrides: dict[str, Any] | None = None) -> list[Cell]:
+    """Every cell of the study, grid cells in product order, each within each named cell, validated; `overrides`
+    (dotted keys, as `memrisk study --set` gives them) change the base before the cells do."""
+    base = read_yaml_mapping(base_dir / study.base, "model, datasets") if isinstance(study.base, str) else copy.deepcopy(study.base)
+    for key, value in (overrides or {}).items():
+        set_dotted(base, key, value)
     config_dir = (base_dir / study.base).parent if isinstance(study.base, str) else base_dir
     axes = list(study.grid.items())
     grid = [dict(zip([k for k, _ in axes], values)) for values in itertools.product(*[v for _, v in axes])]
@@ -135,11 +138,11 @@ def study_cells(study: StudyConfig, base_dir: Path) -> list[Cell]:
     return cells
 
 
-def load_study(path: str | Path) -> tuple[StudyConfig, list[Cell]]:
-    """Read, validate and expand a study YAML."""
+def load_study(path: str | Path, overrides: dict[str, Any] | None = None) -> tuple[StudyConfig, list[Cell]]:
+    """Read, validate and expand a study YAML, its base changed by `overrides` (dotted keys)."""
     path = Path(path)
     study = validated(StudyConfig, read_yaml_mapping(path, "base, grid"), "study")
-    return study, study_cells(study, path.parent)
+    return study, study_cells(study, path.parent, overrides)
 
 
 def study_identity(cells: list[Cell]) -> dict[str, Any]:
@@ -266,20 +269,22 @@ def run_study(
     load: Callable[[ExperimentConfig], LanguageModel] = load_run_model,
     ray: bool = False,
     ray_address: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run (or resume) every cell of a study into `out_dir/cells/` and return each cell's summary.
 
     Locally, cells with the same `model` settings share one loaded model and the passes they agree on
     (teacher forcing, and each method whose settings match); with `ray`, one pool of workers per model
-    (`ray_address` as `memrisk run --ray` takes it). Complete cells are read, not run.
+    (`ray_address` as `memrisk run --ray` takes it). Complete cells are read, not run. `overrides` change the
+    base of every cell (e.g. `{"windows.limit": 2}` for a quick look); they are part of the study's identity.
     """
-    study, cells = load_study(path)
+    study, cells = load_study(path, overrides)
     out = Path(out_dir)
     identity = study_identity(cells)
     with locked_folder(out), ExitStack() as stack:
         if not force:
             refuse_changed_settings(out, identity)
-        store = RecordStore.open(out, study.model_dump(mode="json"), identity, force=force)
+        store = RecordStore.open(out, study.model_dump(mode="json") | {"set": overrides or {}}, identity, force=force)
         store.write_json(layout.STUDY_CELLS, [{"name": cell.name, "changes": cell.changes} for cell in cells])
         if ray:
             runner: LocalCells | RayCells = RayCells(stack.enter_context(ray_connection(ray_address)), cells, force, progress)

@@ -113,6 +113,26 @@ def test_dry_run_lists_cells_and_costs_without_writing(tmp_path, model_dir, caps
     assert again[6].startswith(lines[6]) and again[6].endswith(" s at the rate of the complete cells"), again[6]
 
 
+def test_set_changes_every_cell_and_is_part_of_the_study(tmp_path, model_dir, capsys) -> None:
+    """`--set windows.limit=1` keeps one window per dataset in every cell; a study run with it is not the study run
+    without it (a resume refuses the change)."""
+    study = write_study(tmp_path, model_dir, {"cbs.beam_width": [1, 2]})
+    _, plain = load_study(study)
+    _, capped = load_study(study, {"windows.limit": 1})
+    assert [c.config.windows.limit for c in capped] == [1, 1] and [c.config.windows.limit for c in plain] == [None, None]
+    assert [c.config.model_copy(update={"windows": c.config.windows.model_copy(update={"limit": None})}) for c in capped] == [c.config for c in plain]
+    out = tmp_path / "out"
+    assert main(["study", study, "--out", str(out), "--set", "windows.limit=1"]) == 0
+    datasets = len({d.name for d in plain[0].config.scored_datasets()})
+    assert [json.loads((out / "cells" / c.name / "summary.json").read_text())["examples"] for c in capped] == [datasets] * 2
+    with pytest.raises(MemriskError, match="holds a run made with different settings"):
+        run_study(study, out, progress=False)
+    with pytest.raises(SystemExit) as exit:
+        main(["study", study, "--set", "windows.limit"])
+    assert exit.value.code == 2
+    assert "give KEY=VALUE" in capsys.readouterr().err
+
+
 def test_dotted_keys_reach_into_sections_and_list_items() -> None:
     data = {"cbs": {"beam_width": 20}, "policies": [{"top_k": 40}]}
     set_dotted(data, "cbs.epsilon", 2)

@@ -154,7 +154,7 @@ def test_a_union_field_reports_each_alternative():
     (BASE | {"ray": {"worker": 2}}, "ray.worker: unknown key, did you mean 'workers'?"),
     (BASE | {"datasets": [{"name": "d", "documents": ["x"]}, {"name": "e", "pth": "x"}]},
      "datasets.1.pth: unknown key, did you mean 'path'?"),
-    (BASE | {"windows": {"zzz": 1}}, "windows.zzz: unknown key (allowed: mode, prefix_length, suffix_length, stride)"),
+    (BASE | {"windows": {"zzz": 1}}, "windows.zzz: unknown key (allowed: mode, prefix_length, suffix_length, stride, limit)"),
 ])
 def test_unknown_keys_are_named_with_the_closest_allowed_key(data, message):
     assert error_of(data) == f"invalid config: {message}"

@@ -97,3 +97,12 @@ def test_bad_files_give_clear_errors(tmp_path, name: str, content: bytes, messag
 def test_missing_file(tmp_path) -> None:
     with pytest.raises(MemriskError, match="not found"):
         read_documents(tmp_path / "nope.txt")
+
+
+def test_limit_keeps_the_first_windows_across_documents(word_model) -> None:
+    docs = [Document("a", TEXT), Document("b", " ".join(reversed(TEXT.split())))]
+    every = make_windows(word_model, docs, mode="book", prefix_length=3, suffix_length=2, stride=10)
+    for limit in (1, 3, len(every.windows), len(every.windows) + 5):
+        first = make_windows(word_model, docs, mode="book", prefix_length=3, suffix_length=2, stride=10, limit=limit)
+        assert first.windows == every.windows[:limit]
+    assert {w.doc_id for w in every.windows} == {"a", "b"}

@@ -64,8 +64,10 @@ def make_windows(
     prefix_length: int = 50,
     suffix_length: int = 50,
     stride: int = 20,
+    limit: int | None = None,
 ) -> WindowSet:
-    """Windows of every document; shorter documents are skipped and listed, never silently."""
+    """Windows of every document (the first `limit` only, when given); shorter documents are skipped and listed,
+    never silently."""
     if mode not in MODES:
         raise MemriskError(f"window mode must be one of {', '.join(MODES)}; got {mode!r}")
     if prefix_length < 0 or suffix_length < 1:
@@ -77,6 +79,8 @@ def make_windows(
     seen: set[tuple[int, ...]] = set()
     longest = 0
     for document in documents:
+        if limit is not None and len(result.windows) >= limit:
+            break
         ids, spans = model.encode_with_offsets(document.text)
         longest = max(longest, len(ids))
         if len(ids) < size:
@@ -84,6 +88,8 @@ def make_windows(
             continue
         starts = [0] if mode == "doc" else _book_starts(spans, len(document.text), stride, size)
         for first in starts:
+            if limit is not None and len(result.windows) >= limit:
+                break
             tokens = tuple(ids[first : first + size])
             if tokens in seen:
                 result.duplicates_removed += 1
