@@ -1,8 +1,9 @@
 """docs/figures.md: every entry's study, run as its command runs it, draws the entry's figure, and the study pages
 open in real headless Chromium with every image loaded and no console error.
 
-The studies are the ready ones in studies/; they run on the session's SmolLM2 (one load). At minutes per study on
-two cores they are left out of the default run: `python -m pytest -m catalogue tests/real/test_figures_catalogue.py`.
+The studies are the ready ones in studies/, run on the session's SmolLM2 (one load). The full studies take minutes
+each on two cores, so here each runs as `memrisk study STUDY --set windows.limit=1` does: every cell, method and
+figure, on the first window of each dataset. `python docs/make_figures.py` runs them in full.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from memrisk.report.html import write_report
 from memrisk.study import run_study
 from tests.integration.test_report_html import BROWSER_MISSING, browser, full_page_png  # noqa: F401  (fixture used by name)
 
-pytestmark = pytest.mark.catalogue
-
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = REPO / "docs" / "figures.md"
+QUICK = {"windows.limit": 1}
 ROW = re.compile(
     r"^\| (?P<figure>[^|]+?) \| `(?P<study>studies/[^`]+\.yaml)` \| `memrisk study (?P=study)` \| "
     r"!?\[[^\]]*\]\(figures/(?P<slug>[A-Za-z0-9.-]+)\.(?P<kind>png|csv)\) \|"
@@ -50,7 +50,7 @@ def regenerated(tmp_path_factory, smollm2) -> Iterator[Path]:
     try:
         for study in sorted({entry["study"] for entry in entries()}):
             folder = out / Path(study).stem
-            run_study(REPO / study, folder, progress=False, load=load)
+            run_study(REPO / study, folder, progress=False, load=load, overrides=QUICK)
             write_report([folder])
         yield out
     finally:
