@@ -44,6 +44,8 @@ from memrisk.summary import TOKEN_EVALS
 
 Prepare = Callable[[dict[str, Any]], dict[str, Any]]
 """A study YAML's mapping rewritten before it is validated (e.g. a named base replaced by its config)."""
+Skeleton = Callable[[str, str | None, str | None], tuple[LanguageModel, int]]
+"""A model's weightless skeleton and parameter count from its name, revision and GGUF file (as `skeleton`)."""
 
 
 class NamedCell(BaseModel):
@@ -178,10 +180,6 @@ def cost_estimate_lines(cells: list[Cell], out: Path, skeleton_of: Skeleton | No
             line += f", ≈ {evals * measured:.0f} s at the rate of the complete cells"
         lines.append(line)
     return lines
-
-
-Skeleton = Callable[[str, str | None, str | None], tuple[LanguageModel, int]]
-"""A model's weightless skeleton and parameter count from its name, revision and GGUF file (as `skeleton`)."""
 
 
 @functools.cache
