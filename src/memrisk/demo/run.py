@@ -61,7 +61,7 @@ def run_demo_sizes(
     out_dir: Path, sizes: list[str], *, seed: int = 0, force: bool = False, progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Train (or reuse) the demo model of each size and measure them as one study, one cell per size; print a table
-    per size and write the study page (the model-size figures: CBS Figs. 4, 11b, 15b, 20, 21, PA Fig. 4)."""
+    per size and write the study page (the model-size figures: CBS Figs. 4, 11b, 15b, 20; (n,p) Figs. 5, 6; PA Fig. 4)."""
     started = time.monotonic()
     study = sizes_study(sizes, seed)
     models = DemoModels(seed, progress)

@@ -50,7 +50,7 @@ SIZES: dict[str, TrainingConfig] = {
     "base": TrainingConfig(hidden_size=384, num_layers=6, num_heads=6, intermediate_size=1152),
 }
 """The demo's model sizes: the same corpus, tokenizer (one `vocab_size`) and training schedule; `base` has 2.9× the
-parameters of `small` (13.1M against 4.5M), so that the model-size figures (CBS Figs. 4, 20, 21) have an effect."""
+parameters of `small` (13.1M against 4.5M), so that the model-size figures (CBS Figs. 4, 20; (n,p) Fig. 5; PA Fig. 4) compare them."""
 DEFAULT_SIZE = "small"
 
 
