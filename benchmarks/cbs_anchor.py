@@ -50,7 +50,7 @@ def compare(lm: memrisk.LanguageModel, prefixes: list[list[int]], suffixes: list
 def demo_rows() -> dict[str, dict[str, float]]:
     """The comparison per dataset of the demo experiment (trains or reuses the cached demo model)."""
     from memrisk.demo.corpus import build_demo_corpus, generic_documents
-    from memrisk.demo.run import DEMO_BATCH_SIZE, DEMO_GENERIC_WINDOWS, demo_config
+    from memrisk.demo.experiment import DEMO_BATCH_SIZE, DEMO_GENERIC_WINDOWS, demo_config
     from memrisk.demo.train import train_demo_model
     from memrisk.runner import build_examples, load_documents
 

@@ -13,9 +13,16 @@ from memrisk.errors import MemriskError
 
 
 def _demo(args: argparse.Namespace) -> None:
-    from memrisk.demo.run import run_demo
+    from memrisk.demo.run import run_demo, run_demo_sizes
+    from memrisk.demo.train import DEFAULT_SIZE
 
-    run_demo(Path(args.out), model=args.model, gguf_file=args.gguf_file, seed=args.seed, force=args.force)
+    sizes = args.sizes.split(",") if args.sizes else [DEFAULT_SIZE]
+    if len(sizes) > 1:
+        if args.model or args.gguf_file:
+            raise MemriskError("--sizes trains and compares the demo's own models; leave out --model and --gguf-file")
+        run_demo_sizes(Path(args.out or "memrisk-demo-sizes"), sizes, seed=args.seed, force=args.force)
+        return
+    run_demo(Path(args.out or "memrisk-demo"), model=args.model, gguf_file=args.gguf_file, seed=args.seed, size=sizes[0], force=args.force)
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -54,18 +61,23 @@ def _study(args: argparse.Namespace) -> None:
     from memrisk.layout import STUDY_TABLE
     from memrisk.lock import locked_folder
     from memrisk.report.html import write_report
+    from memrisk.demo.study import DemoModels
     from memrisk.study import cost_estimate_lines, dry_run_lines, load_study, run_study
 
     out = Path(args.out) if args.out else Path("studies-out") / Path(args.study).stem
+    models = DemoModels.of(args.study)
     overrides = dict(args.set)
     if args.dry_run:
-        _, cells = load_study(args.study, overrides)
+        _, cells = load_study(args.study, models.prepare, overrides)
         print(f"{len(cells)} cells into {out}/:")
         print("\n".join("  " + line for line in dry_run_lines(cells)))
         print("estimated cost (tokenizers and model configs read, no weights):")
-        print("\n".join("  " + line for line in cost_estimate_lines(cells, out)))
+        print("\n".join("  " + line for line in cost_estimate_lines(cells, out, models.skeleton)))
         return
-    summaries = run_study(args.study, out, force=args.force, ray=args.ray is not None, ray_address=args.ray or None, overrides=overrides)
+    summaries = run_study(
+        args.study, out, force=args.force, load=models.load, prepare=models.prepare, ray=args.ray is not None, ray_address=args.ray or None,
+        overrides=overrides,
+    )
     with locked_folder(out):
         report = write_report([out])
     print(f"{len(summaries)} cells in {out}/cells/: " + ", ".join(summaries))
@@ -162,10 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="train a small model on a corpus with planted duplicates and measure extraction")
-    demo.add_argument("--out", default="memrisk-demo", help="output folder (default: ./memrisk-demo)")
+    demo.add_argument("--out", help="output folder (default: ./memrisk-demo, with several --sizes ./memrisk-demo-sizes)")
     demo.add_argument("--model", help="evaluate this model instead of the trained demo model (hub id, folder or 'smollm2')")
     demo.add_argument("--gguf-file", help="GGUF weights file inside --model's folder")
     demo.add_argument("--seed", type=int, default=0, help="corpus and training seed (default 0)")
+    demo.add_argument(
+        "--sizes", metavar="SIZE,SIZE", help="demo model sizes, comma-separated (e.g. small,base; default: small); several are "
+        "measured as one study with one cell per size and its model-size figures",
+    )
     demo.add_argument("--force", action="store_true", help="discard records of an earlier, different demo run in --out")
     demo.set_defaults(handler=_demo)
 

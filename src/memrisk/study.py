@@ -4,7 +4,9 @@ A study YAML holds `base:` (an experiment config, inline or a path), `grid:` (do
 lists of values; the cells are their cartesian product) and/or `cells:` (named lists of changes).
 Each cell is `OUT/cells/NAME/`, a run folder that `memrisk run` and `memrisk report` take on its
 own. Cells with the same model share one model load; a cell whose summary is written is complete
-and is not run again; a study re-run with other cells or settings is refused.
+and is not run again; a study re-run with other cells or settings is refused. A layer above may
+rewrite the YAML's mapping before it is validated (`prepare`) and load the models its way (`load`,
+`skeleton_of`): the CLI passes the demo's, which know `base: demo` and `demo:SIZE` models.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ from memrisk.models.throughput import device_peak_flops, forward_flops
 from memrisk.runner import build_examples, fitting_batch_size, load_documents, load_run_model, run_experiment
 from memrisk.store import RecordStore, refuse_changed_settings, remove_temporary_files
 from memrisk.summary import TOKEN_EVALS
+
+Prepare = Callable[[dict[str, Any]], dict[str, Any]]
+"""A study YAML's mapping rewritten before it is validated (e.g. a named base replaced by its config)."""
+Skeleton = Callable[[str, str | None, str | None], tuple[LanguageModel, int]]
+"""A model's weightless skeleton and parameter count from its name, revision and GGUF file (as `skeleton`)."""
+
 
 class NamedCell(BaseModel):
     """One hand-named cell: its changes to the base config."""
@@ -138,11 +146,15 @@ def study_cells(study: StudyConfig, base_dir: Path, overrides: dict[str, Any] | 
     return cells
 
 
-def load_study(path: str | Path, overrides: dict[str, Any] | None = None) -> tuple[StudyConfig, list[Cell]]:
-    """Read, validate and expand a study YAML, its base changed by `overrides` (dotted keys)."""
-    path = Path(path)
-    study = validated(StudyConfig, read_yaml_mapping(path, "base, grid"), "study")
-    return study, study_cells(study, path.parent, overrides)
+def load_study(
+    source: str | Path | dict[str, Any], prepare: Prepare | None = None, overrides: dict[str, Any] | None = None,
+) -> tuple[StudyConfig, list[Cell]]:
+    """Read (a YAML path, or its mapping with paths relative to the working folder), prepare, validate and expand a
+    study; `overrides` (dotted keys) change its base before the cells do."""
+    data = source if isinstance(source, dict) else read_yaml_mapping(source, "base, grid")
+    base_dir = Path.cwd() if isinstance(source, dict) else Path(source).parent
+    study = validated(StudyConfig, prepare(data) if prepare else data, "study")
+    return study, study_cells(study, base_dir, overrides)
 
 
 def study_identity(cells: list[Cell]) -> dict[str, Any]:
@@ -155,7 +167,7 @@ def is_complete(folder: Path) -> bool:
     return (folder / layout.SUMMARY).is_file()
 
 
-def cost_estimate_lines(cells: list[Cell], out: Path) -> list[str]:
+def cost_estimate_lines(cells: list[Cell], out: Path, skeleton_of: Skeleton | None = None) -> list[str]:
     """Per cell: its windows, the most token evaluations its methods spend on them, and the wall time that needs at
     least (2 × parameters FLOPs per token evaluation at the device's measured matmul peak) and, once cells of this
     study are complete, at the seconds per token evaluation they measured. Reads tokenizers and model configs, no weights."""
@@ -163,7 +175,7 @@ def cost_estimate_lines(cells: list[Cell], out: Path) -> list[str]:
     lines = []
     for cell in cells:
         m = cell.config.model
-        lm, parameters = skeleton(m.name, m.revision, m.gguf_file)
+        lm, parameters = (skeleton_of or skeleton)(m.name, m.revision, m.gguf_file)
         peak = device_peak(str(resolve_device(m.device)))
         windows = len(build_examples(cell.config, lm, load_documents(cell.config))[0])
         w = cell.config.windows
@@ -261,12 +273,13 @@ class RayCells:
 
 
 def run_study(
-    path: str | Path,
+    path: str | Path | dict[str, Any],
     out_dir: str | Path,
     *,
     force: bool = False,
     progress: bool = True,
     load: Callable[[ExperimentConfig], LanguageModel] = load_run_model,
+    prepare: Prepare | None = None,
     ray: bool = False,
     ray_address: str | None = None,
     overrides: dict[str, Any] | None = None,
@@ -275,10 +288,11 @@ def run_study(
 
     Locally, cells with the same `model` settings share one loaded model and the passes they agree on
     (teacher forcing, and each method whose settings match); with `ray`, one pool of workers per model
-    (`ray_address` as `memrisk run --ray` takes it). Complete cells are read, not run. `overrides` change the
-    base of every cell (e.g. `{"windows.limit": 2}` for a quick look); they are part of the study's identity.
+    (`ray_address` as `memrisk run --ray` takes it). Complete cells are read, not run. `path`, `prepare` and
+    `overrides` (e.g. `{"windows.limit": 2}` for a quick look; part of the study's identity) are as `load_study`
+    takes them.
     """
-    study, cells = load_study(path, overrides)
+    study, cells = load_study(path, prepare, overrides)
     out = Path(out_dir)
     identity = study_identity(cells)
     with locked_folder(out), ExitStack() as stack:

@@ -118,7 +118,7 @@ def test_set_changes_every_cell_and_is_part_of_the_study(tmp_path, model_dir, ca
     without it (a resume refuses the change)."""
     study = write_study(tmp_path, model_dir, {"cbs.beam_width": [1, 2]})
     _, plain = load_study(study)
-    _, capped = load_study(study, {"windows.limit": 1})
+    _, capped = load_study(study, overrides={"windows.limit": 1})
     assert [c.config.windows.limit for c in capped] == [1, 1] and [c.config.windows.limit for c in plain] == [None, None]
     assert [c.config.model_copy(update={"windows": c.config.windows.model_copy(update={"limit": None})}) for c in capped] == [c.config for c in plain]
     out = tmp_path / "out"

@@ -15,7 +15,7 @@ def test_demo_extraction_rises_with_duplication_and_spares_held_out_text(tmp_pat
     assert cli.main(["demo", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "planted-x64" in printed and "heldout" in printed
-    assert "next: compare settings in one command, e.g. `memrisk study studies/smollm2-beam-width.yaml --dry-run`" in printed
+    assert printed.rstrip().endswith("next: the demo's model sizes as a study, `memrisk study studies/demo-sizes.yaml` (docs/studies.md)")
     summary = json.loads((out / "summary.json").read_text())
     datasets = summary["datasets"]
     rates = [datasets[f"planted-x{c}"]["probabilistic"]["topk40"]["rate"] for c in (1, 4, 16, 64)]

@@ -10,7 +10,7 @@ import pytest
 import memrisk
 from memrisk.data import Document, make_windows
 from memrisk.demo.corpus import generic_documents
-from memrisk.demo.run import DEMO_GENERIC_SEQUENCES
+from memrisk.demo.experiment import DEMO_GENERIC_SEQUENCES
 from memrisk.extraction.prior_aware import default_m
 
 pytestmark = pytest.mark.slow

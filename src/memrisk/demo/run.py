@@ -3,7 +3,8 @@
 A small model is trained (`memrisk.demo.train`, or reused from its cache) on a corpus where passages
 are planted 1, 4, 16 and 64 times (`memrisk.demo.corpus`); extraction is then measured on those passages,
 on templated passages, on a generic sentence and on held-out passages of the same source (the negative
-control). Extraction must rise with duplication and stay absent on held-out text.
+control). Extraction must rise with duplication and stay absent on held-out text. With several sizes
+(`memrisk demo --sizes small,base`) each size is one cell of a study (`memrisk.demo.study`).
 """
 
 from __future__ import annotations
@@ -12,63 +13,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memrisk.config import ExperimentConfig, parse_config
-from memrisk.demo.corpus import DemoCorpus, build_demo_corpus, generic_documents
-from memrisk.demo.train import train_demo_model
+from memrisk.demo.corpus import build_demo_corpus
+from memrisk.demo.experiment import DEMO_BATCH_SIZE, demo_config, demo_generic
+from memrisk.demo.study import DemoModels, demo_model_name, sizes_study
+from memrisk.demo.train import DEFAULT_SIZE, train_demo_model, training_config
 from memrisk.lock import locked_folder
 from memrisk.models.backend import load_model
 from memrisk.report.html import write_report
 from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
+from memrisk.study import run_study
 
-DEMO_BATCH_SIZE = 16
-DEMO_POLICIES = [{"top_k": 40}, {"name": "full"}]
-DEMO_GENERIC_WINDOWS = 16
-# n is calibrated on simple sentences of the demo model's own domain (reference-documentation
-# idiom): the PA paper's Appendix B set is web and e-mail English this model never saw, which
-# puts its ratios near 1 and n near 4 — too low to mean "generic" for this model.
-DEMO_GENERIC_SEQUENCES = [
-    "Return a new list containing all items from the iterable in ascending order. A custom key function can be "
-    "supplied to customize the sort order, and the reverse flag can be set to request the result in descending order.",
-    "If the optional argument is not given, the default value is used instead. Raise a TypeError if the argument is "
-    "not an integer, and raise a ValueError if it is negative or larger than the size of the sequence.",
-    "Return True if the object is an instance of the class or of a subclass thereof, and False otherwise. If the "
-    "object is not an instance of a class, the function always returns False.",
-    "This function is deprecated since version 3.8 and will be removed in a future release. Use the new function "
-    "instead, which accepts the same arguments and returns the same result.",
-    "The return value is a string containing the name of the file. If the file does not exist, an exception is "
-    "raised. The file is opened in text mode unless the mode argument says otherwise.",
-    "Create a new dictionary with keys from the iterable and values set to the given value. All of the values refer "
-    "to just a single instance, so it generally does not make sense for the value to be a mutable object.",
-    "Return the number of items in the container. The argument may be a sequence such as a string, bytes, tuple, "
-    "list, or range, or a collection such as a dictionary, set, or frozen set.",
-    "Close the file. A closed file cannot be read or written any more. Any operation which requires that the file be "
-    "open will raise a ValueError after the file has been closed. Calling this method more than once is allowed.",
-]
-DEMO_PRIOR_AWARE = {
-    "prefixes_per_trial": 40, "trials": 5, "bank_datasets": ["heldout"], "generic_sequences": DEMO_GENERIC_SEQUENCES,
-}
-
-
-def demo_config(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None) -> ExperimentConfig:
-    """The demo's experiment: one dataset per duplication count, the template passages (slot words
-    vary across copies), the generic sentence after each of its contexts (`generic`, from
-    `generic_documents`), and the held-out control."""
-    copies = sorted({p.copies for p in corpus.planted})
-    datasets: list[dict[str, Any]] = [
-        {"name": f"planted-x{c}", "documents": [p.text for p in corpus.planted if p.copies == c], "duplicates": c} for c in copies
-    ]
-    datasets.append({"name": f"template-x{len(corpus.templates[0].copies)}", "documents": [t.text for t in corpus.templates]})
-    datasets.append({"name": f"generic-x{len(generic)}", "documents": generic})
-    datasets.append({"name": "heldout", "documents": list(corpus.heldout), "role": "control"})
-    return parse_config({
-        "model": {"name": model, "gguf_file": gguf_file, "batch_size": DEMO_BATCH_SIZE},
-        "datasets": datasets,
-        "windows": {"mode": "doc", "prefix_length": 50, "suffix_length": 50},
-        "policies": DEMO_POLICIES,
-        "methods": ["probabilistic", "greedy", "cbs", "prior_aware"],
-        "prior_aware": DEMO_PRIOR_AWARE,
-    })
+NEXT_STEP = "next: the demo's model sizes as a study, `memrisk study studies/demo-sizes.yaml` (docs/studies.md)"
 
 
 def run_demo(
@@ -77,23 +33,45 @@ def run_demo(
     model: str | None = None,
     gguf_file: str | None = None,
     seed: int = 0,
+    size: str = DEFAULT_SIZE,
     force: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Build the corpus, train (or reuse) the demo model, measure extraction, print the table."""
+    """Build the corpus, train (or reuse) the demo model of `size`, measure extraction, print the table."""
     started = time.monotonic()
+    training = training_config(size)
     corpus = build_demo_corpus(seed)
     if model is None:
         print(f"memrisk demo: {len(corpus.training_documents)} training documents, "
               f"{len(corpus.planted)} planted passages, {len(corpus.heldout)} held out")
-        model = str(train_demo_model(corpus, seed=seed, progress=progress))
+        model = str(train_demo_model(corpus, seed=seed, progress=progress, config=training))
     lm = load_model(model, gguf_file=gguf_file, batch_size=DEMO_BATCH_SIZE)
-    config = demo_config(corpus, model, generic_documents(corpus, lm.encode_with_offsets)[:DEMO_GENERIC_WINDOWS], gguf_file)
+    config = demo_config(corpus, model, demo_generic(corpus, lm), gguf_file)
     summary = run_experiment(config, out_dir, model=lm, force=force, progress=progress)
     with locked_folder(out_dir):
         report = write_report([out_dir])
     print()
     print(summary_table(summary))
     print(f"\nrecords, summary.json and config in {out_dir}/; report: {report}  ({time.monotonic() - started:.0f} s)")
-    print("next: compare settings in one command, e.g. `memrisk study studies/smollm2-beam-width.yaml --dry-run` (docs/studies.md)")
+    print(NEXT_STEP)
     return summary
+
+
+def run_demo_sizes(
+    out_dir: Path, sizes: list[str], *, seed: int = 0, force: bool = False, progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Train (or reuse) the demo model of each size and measure them as one study, one cell per size; print a table
+    per size and write the study page (the model-size figures: CBS Figs. 4, 11b, 15b, 20; (n,p) Figs. 5, 6; PA Fig. 4)."""
+    started = time.monotonic()
+    study = sizes_study(sizes, seed)
+    models = DemoModels(seed, progress)
+    summaries = run_study(study, out_dir, force=force, progress=progress, load=models.load, prepare=models.prepare)
+    with locked_folder(out_dir):
+        report = write_report([out_dir])
+    for size, summary in summaries.items():
+        _, parameters = models.skeleton(demo_model_name(size), None, None)
+        print(f"\n{size} ({parameters / 1e6:.1f}M parameters)")
+        print(summary_table(summary))
+    print(f"\none run folder per size in {out_dir}/cells/; study table and report: {report}  ({time.monotonic() - started:.0f} s)")
+    print(NEXT_STEP)
+    return summaries

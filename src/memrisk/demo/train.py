@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from memrisk.demo.corpus import DemoCorpus
+from memrisk.errors import MemriskError
 
 EOS_TOKEN = "<|endoftext|>"
 
@@ -44,6 +45,22 @@ class TrainingConfig:
     grad_clip: float = 1.0
 
 
+SIZES: dict[str, TrainingConfig] = {
+    "small": TrainingConfig(),
+    "base": TrainingConfig(hidden_size=384, num_layers=6, num_heads=6, intermediate_size=1152),
+}
+"""The demo's model sizes: the same corpus, tokenizer (one `vocab_size`) and training schedule; `base` has 2.9× the
+parameters of `small` (13.1M against 4.5M), so that the model-size figures (CBS Figs. 4, 20; (n,p) Fig. 5; PA Fig. 4) compare them."""
+DEFAULT_SIZE = "small"
+
+
+def training_config(size: str) -> TrainingConfig:
+    """The hyper-parameters of a demo model size; an unknown size is an error naming the known ones."""
+    if size not in SIZES:
+        raise MemriskError(f"unknown demo model size {size!r}; the sizes are {', '.join(SIZES)}")
+    return SIZES[size]
+
+
 def default_cache_dir() -> Path:
     """Return ``$MEMRISK_CACHE/demo``, or ``~/.cache/memrisk/demo`` when the variable is unset."""
     root = os.environ.get("MEMRISK_CACHE")
@@ -59,10 +76,10 @@ def train_demo_model(
     config: TrainingConfig = TrainingConfig(),
 ) -> Path:
     """Train the demo model and tokenizer, returning the cached save_pretrained directory."""
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / _cache_key(corpus, seed, config)
+    target = cached_model_dir(corpus, seed, config, cache_dir)
     if target.is_dir():
         return target
+    root = target.parent
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
     staging.chmod(0o755)
@@ -75,6 +92,18 @@ def train_demo_model(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def cached_model_dir(corpus: DemoCorpus, seed: int, config: TrainingConfig, cache_dir: Path | None = None) -> Path:
+    """Where `train_demo_model` keeps the model of this corpus, seed and config (it exists once trained)."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return root / _cache_key(corpus, seed, config)
+
+
+def skeleton_model(tokenizer: PreTrainedTokenizerFast, config: TrainingConfig) -> LlamaForCausalLM:
+    """The model `config` trains, built on the meta device: its shape and parameter count with no weights (`--dry-run`)."""
+    with torch.device("meta"):
+        return _build_model(tokenizer, config)
 
 
 def train_tokenizer(documents: list[str], vocab_size: int) -> PreTrainedTokenizerFast:

@@ -81,7 +81,7 @@ def summary_table(summary: dict[str, Any]) -> str:
     if unlocked:
         out += ["", "Top sequences unlocked by near-verbatim extraction (p_z < tau_min <= CBS lower bound):"]
         for item in unlocked[:5]:
-            out.append(f"  log10 p_z {item['log10_p']:7.2f}  log10 LB {item['log10_lower_bound']:6.2f}  {item['dataset']}")
+            out.append(f"  log10 p_z {float(item['log10_p']):7.2f}  log10 LB {item['log10_lower_bound']:6.2f}  {item['dataset']}")
             out.append("    " + inline_diff(item["suffix_text"], item["best_candidate"] or ""))
     out += _prior_aware_lines(summary) + _token_eval_lines(summary)
     top = summary.get("top_sequences") or []
@@ -89,7 +89,7 @@ def summary_table(summary: dict[str, Any]) -> str:
         out += ["", f"Top sequences by p_z ({top[0]['policy']}):"]
         for item in top[:5]:
             text = " ".join(item["suffix_text"].split())
-            out.append(f"  log10 p_z {item['log10_p']:7.2f}  {item['dataset']:<12} {text[:90]!r}")
+            out.append(f"  log10 p_z {float(item['log10_p']):7.2f}  {item['dataset']:<12} {text[:90]!r}")
     return "\n".join(out + _signature_lines(summary))
 
 
