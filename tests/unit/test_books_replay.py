@@ -20,8 +20,8 @@ WORDS = [f"w{i}" for i in range(300)]
 
 
 class Recorder:
-    """A deterministic fake chat model: a Phase 1 prompt whose digest is 0 mod 3 gets the book's next words; Phase 2
-    turns continue the book 40 words at a time."""
+    """A deterministic fake chat model: a Phase 1 prompt whose digest is 0 mod 3 (mod 5 at a temperature > 0) gets the
+    book's next words; Phase 2 turns continue the book 40 words at a time."""
 
     name = "fake"
     model = "fake-1"
@@ -33,7 +33,7 @@ class Recorder:
         self.calls += 1
         digest = int(hashlib.sha256(json.dumps(messages).encode()).hexdigest(), 16)
         if len(messages) == 1:
-            text = " ".join(WORDS[10:30]) if digest % 3 == 0 else f"no idea {digest % 97}"
+            text = " ".join(WORDS[10:30]) if digest % (3 if not settings.temperature else 5) == 0 else f"no idea {digest % 97}"
         else:
             start = 30 + 40 * (len(messages) // 2 - 1)
             text = " ".join(WORDS[start : start + 40])
