@@ -46,7 +46,7 @@ def write_config(folder, model: dict, **phase1) -> str:
         "model": {"name": "fake-1", "price": {"input": 2.0, "cached_input": 0.5, "output": 8.0}, "turns": 4, **model},
         "spend_cap_usd": 5.0, "books": [{"name": "b", "path": "book.txt"}, {"name": "c", "path": "book.txt", "prefix": "w100 w101",
                                                                              "target": "w102 w103 w104"}],
-        "phase1": {"perturb": True, "attempts": 12, "prefix_words": 10, "target_words": 20, **phase1},
+        "phase1": {"perturb": True, "attempts": 12, "concurrency": 3, "prefix_words": 10, "target_words": 20, **phase1},
     }
     path = folder / "books.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -36,20 +36,28 @@ def first_success(book: dict[str, Any]) -> int | None:
     return phase1["best_k"] if phase1["success"] else None
 
 
+def bon_n(book: dict[str, Any]) -> int:
+    """Best-of-N's N as Books Fig. 5 reports it: the attempts up to the first success, else every attempt sent."""
+    k = first_success(book)
+    return book["phase1"]["attempts"] if k is None else k + 1
+
+
 def _cost(book: dict[str, Any], phase: str) -> float:
     return float(book["costs"][phase]["cost"])
 
 
 def table_rows(study: StudyData) -> Rows:
-    """Per cell (model) and book: Phase 1 success and N, Phase 2 continue queries, nv-recall, m, missing,
-    additional, |B|, |G|, max block and the cost of each phase."""
+    """Per cell (model) and book: Phase 1 success, N and requests sent (with `concurrency`, requests in flight at the
+    first success are answered too), Phase 2 continue queries, nv-recall, m, missing, additional, |B|, |G|, max block
+    and the cost of each phase."""
     rows = []
     for cell in study.cells:
         for book in book_entries(cell):
             nv, phase1, phase2 = book["nv_recall"], book["phase1"], book["phase2"]
             rows.append({
                 "model": cell.name, "model_name": cell.summary["model"]["name"], "book": book["name"],
-                "phase1_success": phase1["success"], "bon_n": phase1["attempts"], "phase1_best_score": phase1["score"],
+                "phase1_success": phase1["success"], "bon_n": bon_n(book), "phase1_requests": phase1["attempts"],
+                "phase1_best_score": phase1["score"],
                 "phase2_queries": phase2["turns"] if phase2 else None, "phase2_halt": phase2["halt"] if phase2 else None,
                 "book_words": nv["book_words"], "generated_words": nv["generated_words"], "matched": nv["matched"],
                 "missing": nv["missing"], "additional": nv["additional"], "max_block": nv["max_block"], "nv_recall": nv["nv_recall"],
