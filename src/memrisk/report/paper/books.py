@@ -205,9 +205,10 @@ def _books(study: StudyData) -> bool:
 FIGURES: tuple[PaperFigure, ...] = (
     PaperFigure("books-table-models-books", PAPER, "Tables 1, 4, 11; Fig. 5",
                 "per model and book: Phase 1 success and Best-of-N N, Phase 2 continue queries, nv-recall, m, missing, additional, "
-                "|B|, |G|, longest block and cost (paper, Harry Potter 1: Claude 3.7 Sonnet N = 258, 480 queries, $119.97, max "
-                "|β| 6658, nv-recall 95.8%; GPT-4.1 N = 5179, 31 queries, $1.37, 4.0%; Gemini 2.5 Pro N = 0, 171 queries, $2.44, "
-                "76.8%; Grok 3 N = 0, 52 queries, $8.16, 70.3%, m = 56,870 of |B| = 82,382)",
+                "|B|, |G|, longest block and cost (paper, Harry Potter 1, |B| = 82,382; Figs. 1 and 5, Tables 1 and 11: Claude 3.7 "
+                "Sonnet N = 258, 480 queries, $119.97, max |β| 6658, m = 76,001, nv-recall 0.923; GPT-4.1 N = 5179, 31 queries, "
+                "$1.37, max |β| 821, m = 3,182, 0.039; Gemini 2.5 Pro N = 0, 171 queries, $2.44, max |β| 9070, m = 60,974, 0.740; "
+                "Grok 3 N = 0, 52 queries, $8.16, max |β| 6337, m = 56,870, 0.690)",
                 _books, table_rows),
     PaperFigure("books-fig7-word-counts", PAPER, "Figs. 7, 12, 13",
                 "extracted words m, missing and additional per model and book, |B| dotted, † Phase 1 failed (paper, Grok 3 on "
@@ -215,7 +216,7 @@ FIGURES: tuple[PaperFigure, ...] = (
                 _books, word_count_rows, word_count_figure),
     PaperFigure("books-fig9a-settings", PAPER, "Fig. 9a",
                 "nv-recall per book under each generation setting (paper: Gemini 2.5 Pro on Harry Potter 1 over 9 frequency × "
-                "presence penalty settings at 2000 max tokens; the fixed 2.0 / 0.1 setting gives 76.8%)",
+                "presence penalty settings at 2000 max tokens; Table 11 gives 0.740 for the fixed 2.0 / 0.1 setting)",
                 _sweep_applies, sweep_rows, sweep_figure),
     PaperFigure("books-fig14-best-vs-mean", PAPER, "Fig. 14",
                 "per book the best nv-recall over the generation settings against their mean ± std (paper: 9 Gemini 2.5 Pro "
