@@ -1,5 +1,6 @@
 """`provider: local` on a tiny random model (no chat template, so the plain layout): greedy is deterministic,
-max_tokens and candidates are honoured, sampling is seeded by the request alone (batched or not), penalties apply."""
+max_tokens and candidates are honoured, sampling is seeded by the request alone (batched or not), identical requests
+get identical answers, penalties apply."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ def test_sampled_candidates_depend_on_the_request_only_not_on_the_batch(word_mod
     with ThreadPoolExecutor(max_workers=4) as pool:
         together = list(pool.map(lambda p: provider.complete(conversation(p), settings), prompts))
     assert [r.texts for r in together] == [r.texts for r in alone]
+    twice = LocalChatProvider(word_model, seed=3)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        same = list(pool.map(lambda p: twice.complete(conversation(p), settings), [prompts[1]] * 4))
+    assert all(r == same[0] for r in same) and same[0].texts == alone[1].texts
     assert all(len(r.texts) == 3 and r.usage.output == 24 for r in alone)
     assert len({t for r in alone for t in r.texts}) > 4
     assert LocalChatProvider(word_model, seed=4).complete(conversation(prompts[0]), settings).texts != alone[0].texts

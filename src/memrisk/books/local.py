@@ -3,8 +3,9 @@ two-phase procedure can be recorded without an API (and replayed later by `repla
 
 Greedy at temperature 0 (or unset); otherwise temperature sampling, each candidate drawing from its
 own generator seeded by the request itself (seed, conversation, settings, candidate), so an answer
-depends neither on the order of requests nor on which requests share a batch. Requests in flight
-together with equal settings (Phase 1's `concurrency`) are decoded as one batch. Frequency and
+does not depend on the order of requests. Requests in flight together with equal settings (Phase 1's
+`concurrency`) are decoded as one batch (the batch's shape can move floating-point results slightly);
+a request identical to one already answered gets the same answer. Frequency and
 presence penalties are applied as OpenAI defines them: each token's logit is lowered by
 frequency × (times generated) + presence × (generated at all).
 """
@@ -41,6 +42,7 @@ def penalized(logits: torch.Tensor, counts: torch.Tensor, settings: GenerationSe
 class _Request:
     """One request waiting for its batch: its rows (one per candidate) and, once decoded, their tokens."""
 
+    key: str
     prompt: list[int]
     settings: GenerationSettings
     seeds: list[int]
@@ -59,14 +61,18 @@ class LocalChatProvider:
         self.model = str(model) if isinstance(model, str) else self.lm.name
         self.seed = seed
         self._pending: list[_Request] = []
+        self._answered: dict[str, list[list[int]]] = {}
         self._queue_lock = threading.Lock()
         self._decode_lock = threading.Lock()
 
     def complete(self, messages: list[dict[str, str]], settings: GenerationSettings) -> ChatResponse:
         """Up to `settings.max_tokens` new tokens per candidate, stopping at the model's end-of-sequence token."""
         seeds = [request_seed(self.seed, messages, settings, c) for c in range(settings.candidates)]
-        request = _Request(self.lm.chat_ids(messages), settings, seeds)
+        request = _Request(str(seeds), self.lm.chat_ids(messages), settings, seeds)
         with self._queue_lock:
+            if request.key in self._answered:
+                request.rows = self._answered[request.key]
+                return self._response(request)
             self._pending.append(request)
         with self._decode_lock:
             if not request.done.is_set():
@@ -79,11 +85,16 @@ class LocalChatProvider:
         return self._response(request)
 
     def _decode(self, batch: list[_Request]) -> None:
+        """Decode each distinct request of the batch once; identical requests share its rows."""
         try:
-            rows = self._generate([r.prompt for r in batch for _ in r.seeds], batch[0].settings, [s for r in batch for s in r.seeds])
-            start = 0
+            distinct = list({r.key: r for r in batch if r.key not in self._answered}.values())
+            if distinct:
+                rows = self._generate([r.prompt for r in distinct for _ in r.seeds], batch[0].settings, [s for r in distinct for s in r.seeds])
+                start = 0
+                for request in distinct:
+                    self._answered[request.key], start = rows[start : start + len(request.seeds)], start + len(request.seeds)
             for request in batch:
-                request.rows, start = rows[start : start + len(request.seeds)], start + len(request.seeds)
+                request.rows = self._answered[request.key]
         except BaseException as exc:
             for request in batch:
                 request.failure = exc
