@@ -43,8 +43,9 @@ def test_the_fit_recovers_parameters_from_sampled_probes_within_tolerance() -> N
     assert fit.b == pytest.approx(b, rel=0.05)
 
 
-def test_points_at_zero_or_one_are_left_out_and_fewer_than_two_mean_no_fit() -> None:
+def test_points_at_zero_or_one_are_left_out_and_fewer_than_two_levels_mean_no_fit() -> None:
     assert fit_power_law([1, 2, 3], [0.0, 0.5, 1.0]) is None
+    assert fit_power_law([1, 2, 3, 4], [0.0, 0.25, 0.25, 0.25]) is None
     fit = fit_power_law([1, 2, 4, 8], [0.0, math.exp(-1.0), math.exp(-0.5), 1.0])
     assert fit == PowerLaw(a=pytest.approx(2.0), b=pytest.approx(1.0), points=2)
     with pytest.raises(MemriskError, match="every budget N > 0"):

@@ -39,13 +39,13 @@ class PowerLaw:
 
 
 def fit_power_law(budgets: Sequence[float], rates: Sequence[float]) -> PowerLaw | None:
-    """Least-squares fit of log(−log ASR) = log a − b · log N over the points with 0 < ASR < 1; None with fewer
-    than two distinct such N (a line needs two)."""
+    """Least-squares fit of log(−log ASR) = log a − b · log N over the points with 0 < ASR < 1; None unless those
+    points hold at least two distinct rates (a flat run of one level is no curve to fit)."""
     n, asr = np.asarray(budgets, dtype=np.float64), np.asarray(rates, dtype=np.float64)
     if n.shape != asr.shape or np.any(n <= 0):
         raise MemriskError("a power-law fit needs as many rates as budgets, every budget N > 0")
     keep = (asr > 0) & (asr < 1)
-    if len(np.unique(n[keep])) < 2:
+    if len(np.unique(asr[keep])) < 2:
         return None
     slope, intercept = np.polyfit(np.log(n[keep]), np.log(-np.log(asr[keep])), 1)
     return PowerLaw(a=float(np.exp(intercept)), b=float(-slope), points=int(keep.sum()))
