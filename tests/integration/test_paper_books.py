@@ -88,12 +88,15 @@ def test_each_books_figure_csv_equals_its_recomputation(study, tmp_path) -> None
         assert int(row["missing"]) == 300 - nv["matched"] and int(row["book_words"]) == 300
         assert int(row["additional"]) == nv["generated_words"] - nv["matched"]
         assert float(row["nv_recall"]) == pytest.approx(nv["matched"] / 300)
-        assert int(row["bon_n"]) == len(result["phase1"]["scores"])
+        first = first_successes(out, row["model"])[row["book"]]
+        assert int(row["bon_n"]) == (len(result["phase1"]["scores"]) if first is None else first + 1)
+        assert int(row["phase1_requests"]) == len(result["phase1"]["scores"])
         assert row["phase1_success"] == str(max(result["phase1"]["scores"]) >= 0.6)
         assert float(row["phase1_cost_usd"]) == pytest.approx(costs["phase1"]["cost"])
         if row["phase1_success"] == "True":
             assert int(row["phase2_queries"]) == 4 and int(row["max_block"]) == max(b["matched"] for b in nv["blocks"])
     assert any(int(r["matched"]) >= 100 for r in table)
+    assert any(int(r["bon_n"]) < int(r["phase1_requests"]) for r in table)  # answers in flight at the first success
 
     bars = read_csv(figures / "books-fig7-word-counts.csv")
     assert [(r["model"], r["book"], r["matched"], r["missing"], r["additional"]) for r in bars] == \
@@ -118,13 +121,13 @@ def test_each_books_figure_csv_equals_its_recomputation(study, tmp_path) -> None
         rates = np.array([sum(k is not None and k < n for k in per.values()) / len(per) for n in range(1, 13)])
         assert [float(r["success_rate"]) for r in rows] == pytest.approx(list(rates))
         keep = (rates > 0) & (rates < 1)
-        if len(np.unique(np.arange(1, 13)[keep])) >= 2:
+        if len(np.unique(rates[keep])) >= 2:
             slope, intercept = np.polyfit(np.log(np.arange(1, 13)[keep]), np.log(-np.log(rates[keep])), 1)
             assert float(rows[0]["fit_a"]) == pytest.approx(np.exp(intercept)) and float(rows[0]["fit_b"]) == pytest.approx(-slope)
             assert float(rows[-1]["fit_rate"]) == pytest.approx(np.exp(-np.exp(intercept) * 12.0 ** slope))
         else:
             assert rows[0]["fit_a"] == ""
-    assert 0 < float(bon[-1]["success_rate"]) < 1
+    assert 0 < float(bon[-1]["success_rate"]) < 1 and bon[-1]["model"] == "all" and bon[-1]["fit_a"] != ""
 
 
 def test_a_books_study_resumes_sends_nothing_again_and_refuses_a_changed_study(study, tmp_path, capsys) -> None:
@@ -152,3 +155,22 @@ def test_a_books_study_resumes_sends_nothing_again_and_refuses_a_changed_study(s
     assert "model.provider=replay, model.temperature=0.0; per book" in printed and "per book ≤ 12 Phase 1 prompts and ≤ 4 Phase 2 turns" in printed
     assert "≤ 32 requests to replay fake-1" in printed
     assert not (tmp_path / "dry").exists()
+
+
+def answers(log: Path) -> dict[str, list[str]]:
+    """Each answered request's texts by request key."""
+    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    return {e["key"]: e["texts"] for e in entries if e["event"] == "response"}
+
+
+@pytest.mark.parametrize("name", ["books-models", "books-settings"])
+def test_the_ready_books_studies_replay_their_committed_logs_answer_for_answer(name, tmp_path) -> None:
+    studies = Path(__file__).resolve().parents[2] / "studies"
+    summaries = run_study(studies / f"{name}.yaml", tmp_path / "out", progress=False)
+    for cell, summary in summaries.items():
+        recorded = yaml.safe_load((studies / f"{name}.yaml").read_text())
+        log = next(c["set"]["model.log"] for c in recorded["cells"] if c["name"] == cell)
+        assert answers(tmp_path / "out" / "cells" / cell / "requests.jsonl") == answers(studies / "books" / log)
+        assert summary["requests_sent"] == len(answers(studies / "books" / log))
+        assert [b["name"] for b in summary["books"]] == ["genesis-1", "gettysburg", "psalm-23", "control"]
+        assert summary["spent_usd"] == 0.0
