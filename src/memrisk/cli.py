@@ -196,15 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_run)
 
-    study = sub.add_parser("study", help="run a grid of experiments, one run folder per cell (re-run to resume)")
-    study.add_argument("study", help="study YAML: base (an experiment config or its path), grid and/or cells")
+    study = sub.add_parser("study", help="run a grid of experiments or books runs, one run folder per cell (re-run to resume)")
+    study.add_argument("study", help="study YAML: base (an experiment or books-run config, or its path), grid and/or cells")
     study.add_argument("--out", help="output folder (default: studies-out/<study name>)")
     study.add_argument("--force", action="store_true", help="discard the cells of a different study and start again")
     study.add_argument(
         "--set", action="append", default=[], type=_setting, metavar="KEY=VALUE",
         help="change the base config of every cell, e.g. --set windows.limit=2 for a quick look (repeatable; VALUE is YAML)",
     )
-    study.add_argument("--dry-run", action="store_true", help="list the cells, their cost per window and their estimated token evaluations and wall time; load no weights")
+    study.add_argument("--dry-run", action="store_true", help="list the cells, their cost per window and their estimated token evaluations and wall time (books cells: their most requests); load no weights, send nothing")
     study.add_argument(
         "--ray", nargs="?", const="", metavar="ADDRESS",
         help="run each cell's chunks on a Ray cluster (one pool of workers per model), ADDRESS as for `memrisk run --ray`",

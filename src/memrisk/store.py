@@ -240,6 +240,25 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
+def read_request_log(path: str | Path) -> list[dict[str, Any]]:
+    """The entries of a request log, read without changing it; a missing file or a line that is not JSON is a
+    MemriskError naming it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MemriskError(f"request log not found: {path}") from None
+    entries = []
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(json.loads(line))
+        except ValueError as exc:
+            raise MemriskError(f"{path} line {number} is damaged ({exc}); repair or remove that line to resume") from None
+    return entries
+
+
 class RequestLog:
     """Append-only JSONL log of API requests and responses: one JSON object per line, flushed
     and fsynced before the call returns, so a killed run loses at most the line being written."""
@@ -251,17 +270,7 @@ class RequestLog:
 
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry, in order; a line that is not JSON is a MemriskError naming it."""
-        if not self.path.exists():
-            return []
-        entries = []
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").split("\n"), 1):
-            if not line.strip():
-                continue
-            try:
-                entries.append(json.loads(line))
-            except ValueError as exc:
-                raise MemriskError(f"{self.path} line {number} is damaged ({exc}); repair or remove that line to resume") from None
-        return entries
+        return read_request_log(self.path) if self.path.exists() else []
 
     def append(self, entry: Mapping[str, Any]) -> None:
         """Add one entry at the end of the log."""

@@ -1,12 +1,13 @@
 """Studies: a base experiment and a grid of changes to it, run as ordinary run folders, one per cell.
 
-A study YAML holds `base:` (an experiment config, inline or a path), `grid:` (dotted config keys →
-lists of values; the cells are their cartesian product) and/or `cells:` (named lists of changes).
-Each cell is `OUT/cells/NAME/`, a run folder that `memrisk run` and `memrisk report` take on its
-own. Cells with the same model share one model load; a cell whose summary is written is complete
-and is not run again; a study re-run with other cells or settings is refused. A layer above may
-rewrite the YAML's mapping before it is validated (`prepare`) and load the models its way (`load`,
-`skeleton_of`): the CLI passes the demo's, which know `base: demo` and `demo:SIZE` models.
+A study YAML holds `base:` (an experiment config, or a books-run config with `books:`; inline or a
+path), `grid:` (dotted config keys → lists of values; the cells are their cartesian product) and/or
+`cells:` (named lists of changes). Each cell is `OUT/cells/NAME/`, a run folder that `memrisk run`
+(or `memrisk books run`) and `memrisk report` take on its own. Cells with the same model share one
+model load; a cell whose summary is written is complete and is not run again; a study re-run with
+other cells or settings is refused. A layer above may rewrite the YAML's mapping before it is
+validated (`prepare`) and load the models its way (`load`, `skeleton_of`): the CLI passes the
+demo's, which know `base: demo` and `demo:SIZE` models.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 
 from memrisk import layout
+from memrisk.books.config import BooksRunConfig, parse_books_config
+from memrisk.books.run import run_books
 from memrisk.layout import CELLS
 from memrisk.config import ExperimentConfig, parse_config, read_yaml_mapping, validated
 from memrisk.errors import MemriskError
@@ -81,7 +84,12 @@ class Cell:
 
     name: str
     changes: dict[str, Any]
-    config: ExperimentConfig
+    config: ExperimentConfig | BooksRunConfig
+
+    @property
+    def books(self) -> bool:
+        """Whether the cell is a books run (Books paper) rather than an experiment on windows."""
+        return isinstance(self.config, BooksRunConfig)
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
@@ -135,7 +143,7 @@ def study_cells(study: StudyConfig, base_dir: Path, overrides: dict[str, Any] | 
                 set_dotted(data, key, value)
             name = "_".join(part for part in (label, cell_name(point) if point else "") if part) or cell_name(changes)
             try:
-                config = parse_config(data, config_dir)
+                config = parse_cell_config(data, config_dir)
             except MemriskError as exc:
                 raise MemriskError(f"study cell {name}: {exc}") from None
             cells.append(Cell(name, changes, config))
@@ -144,6 +152,11 @@ def study_cells(study: StudyConfig, base_dir: Path, overrides: dict[str, Any] | 
         repeated = next(n for n in names if names.count(n) > 1)
         raise MemriskError(f"two study cells are both named {repeated!r}; name the cells so that they differ")
     return cells
+
+
+def parse_cell_config(data: dict[str, Any], config_dir: Path) -> ExperimentConfig | BooksRunConfig:
+    """A cell's config: a books run when it has `books:`, else an experiment."""
+    return parse_books_config(data, config_dir) if "books" in data else parse_config(data, config_dir)
 
 
 def load_study(
@@ -159,12 +172,23 @@ def load_study(
 
 def study_identity(cells: list[Cell]) -> dict[str, Any]:
     """What a resumed study must share with the one stored: every cell's name and result-changing settings."""
-    return {"cells": {cell.name: cell.config.identity() for cell in cells}}
+    return {"cells": {cell.name: cell.config.model_dump(mode="json") if cell.books else cell.config.identity() for cell in cells}}
 
 
-def is_complete(folder: Path) -> bool:
+def summary_file(cell: Cell) -> str:
+    """The file a complete cell's run writes last: books_summary.json for a books run, else summary.json."""
+    return layout.BOOKS_SUMMARY if cell.books else layout.SUMMARY
+
+
+def is_complete(folder: Path, summary: str = layout.SUMMARY) -> bool:
     """A cell whose summary is written has every record (the runner writes the summary last)."""
-    return (folder / layout.SUMMARY).is_file()
+    return (folder / summary).is_file()
+
+
+def books_requests_bound(config: BooksRunConfig) -> tuple[int, int]:
+    """A books run's most requests per book: Phase 1 prompts (Best-of-N budget) and Phase 2 continue queries."""
+    attempts, _ = config.phase1.budget(config.model.name)
+    return attempts, config.model.default("turns")
 
 
 def cost_estimate_lines(cells: list[Cell], out: Path, skeleton_of: Skeleton | None = None) -> list[str]:
@@ -174,6 +198,12 @@ def cost_estimate_lines(cells: list[Cell], out: Path, skeleton_of: Skeleton | No
     measured = measured_rate(out)
     lines = []
     for cell in cells:
+        if isinstance(cell.config, BooksRunConfig):
+            attempts, turns = books_requests_bound(cell.config)
+            requests = len(cell.config.books) * (attempts + turns)
+            lines.append(f"{CELLS}/{cell.name}: ≤ {requests:,} requests to {cell.config.model.provider} {cell.config.model.name}, "
+                         f"spend cap ${cell.config.spend_cap_usd:g}")
+            continue
         m = cell.config.model
         lm, parameters = (skeleton_of or skeleton)(m.name, m.revision, m.gguf_file)
         peak = device_peak(str(resolve_device(m.device)))
@@ -216,16 +246,21 @@ def dry_run_lines(cells: list[Cell]) -> list[str]:
     """One line per cell: its folder, its changes and each method's most token evaluations per window (CBS App. C.3)."""
     lines = []
     for cell in cells:
+        changes = ", ".join(f"{k}={v}" for k, v in cell.changes.items()) or "the base config"
+        if isinstance(cell.config, BooksRunConfig):
+            attempts, turns = books_requests_bound(cell.config)
+            lines.append(f"{CELLS}/{cell.name}: {changes}; per book ≤ {attempts:,} Phase 1 prompts and ≤ {turns:,} Phase 2 turns")
+            continue
         w = cell.config.windows
         costs = ", ".join(f"{m.name} ≤ {m.cost_bound(cell.config, w.prefix_length, w.suffix_length):,}" for m in configured(cell.config))
-        changes = ", ".join(f"{k}={v}" for k, v in cell.changes.items()) or "the base config"
         lines.append(f"{CELLS}/{cell.name}: {changes}; token evaluations per window: {costs}")
     return lines
 
 
 def policies_of(cells: list[Cell], model_settings: dict[str, Any]) -> list[DecodingPolicy]:
     """Every decoding policy of the cells that use this model: one teacher-forcing pass scores them all."""
-    return [p.policy() for cell in cells if cell.config.model.model_dump() == model_settings for p in cell.config.policies]
+    return [p.policy() for cell in cells if not cell.books and cell.config.model.model_dump() == model_settings
+            for p in cell.config.policies]
 
 
 class LocalCells:
@@ -237,6 +272,8 @@ class LocalCells:
         self.loaded: tuple[dict[str, Any], LanguageModel, SharedPasses] | None = None
 
     def run(self, cell: Cell, folder: Path) -> dict[str, Any]:
+        if isinstance(cell.config, BooksRunConfig):
+            return run_books(cell.config, folder, force=self.force, progress=self.progress)
         settings = cell.config.model.model_dump()
         if self.loaded is None or self.loaded[0] != settings:
             self.loaded = None  # the previous model and its shared passes are released before the next one loads
@@ -293,6 +330,8 @@ def run_study(
     takes them.
     """
     study, cells = load_study(path, prepare, overrides)
+    if ray and any(cell.books for cell in cells):
+        raise MemriskError("books cells send requests to a chat model and run in this process; leave out --ray")
     out = Path(out_dir)
     identity = study_identity(cells)
     with locked_folder(out), ExitStack() as stack:
@@ -310,12 +349,13 @@ def run_study(
         for cell in bar:
             folder = out / CELLS / cell.name
             bar.set_postfix_str(cell.name)
-            if is_complete(folder) and not force:
+            if is_complete(folder, summary_file(cell)) and not force:
                 with locked_folder(folder):  # clears what a kill after the summary left: its lock, temporary files
                     remove_temporary_files(folder)
-                    summaries[cell.name] = RecordStore.existing(folder).read_json(layout.SUMMARY)
+                    summaries[cell.name] = RecordStore.existing(folder).read_json(summary_file(cell))
                 continue
-            load_documents(cell.config)  # a missing data file is reported before a model is loaded for it
+            if isinstance(cell.config, ExperimentConfig):
+                load_documents(cell.config)  # a missing data file is reported before a model is loaded for it
             summaries[cell.name] = runner.run(cell, folder)
         bar.close()
         return summaries

@@ -6,7 +6,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memrisk.books.costs import MESSAGE_OVERHEAD_TOKENS, PRICES, CostReport, Price, cost, cost_report, price_for, request_bound
+from memrisk.books.costs import (
+    FREE,
+    MESSAGE_OVERHEAD_TOKENS,
+    PRICES,
+    CostReport,
+    Price,
+    cost,
+    cost_report,
+    price_for,
+    request_bound,
+    run_price,
+)
 from memrisk.books.providers import Usage
 from memrisk.errors import MemriskError
 
@@ -157,3 +168,12 @@ def test_an_empty_report_is_all_zeros_and_its_dict_has_every_field():
         "requests": 0, "answered": 0, "input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0,
         "cost": 0.0, "cost_without_cache": 0.0, "cost_with_cache_estimate": 0.0,
     }
+
+
+def test_run_price_is_free_for_local_models_and_unknown_replayed_ones() -> None:
+    assert run_price("local", "smollm2", None) == FREE
+    assert run_price("replay", "smollm2", None) == FREE
+    assert run_price("replay", "gpt-4.1-2025-04-14", None) == PRICES["gpt-4.1"]
+    assert run_price("local", "smollm2", Price(1.0, 0.5, 2.0)) == Price(1.0, 0.5, 2.0)
+    with pytest.raises(MemriskError, match="no price known for model 'mystery'"):
+        run_price("openai", "mystery", None)

@@ -65,10 +65,13 @@ class PriceConfig(_Strict):
 
 class ChatModelConfig(_Strict):
     """The chat model and its Phase 2 generation settings (unset ones from MODEL_DEFAULTS); Gemini's
-    thinking budget is minimised by default (`min`, Books §4.3)."""
+    thinking budget is minimised by default (`min`, Books §4.3). `local` runs `name` on this machine
+    (sampling seeded by `seed`); `replay` answers from the recorded request log `log`."""
 
-    provider: Literal["openai", "anthropic", "gemini"] = "openai"
+    provider: Literal["openai", "anthropic", "gemini", "local", "replay"] = "openai"
     name: str
+    log: str | None = None
+    seed: int = 0
     base_url: str | None = None
     api_key_env: str | None = None
     timeout_s: float = Field(120.0, gt=0)
@@ -86,6 +89,12 @@ class ChatModelConfig(_Strict):
         if value is None or value == "min" or (type(value) is int and value >= -1):
             return value
         raise ValueError(f"give min, null (not sent), -1 (dynamic) or a number of tokens >= 0, got {value!r}")
+
+    @model_validator(mode="after")
+    def _log_is_replay_only(self) -> ChatModelConfig:
+        if (self.provider == "replay") != (self.log is not None):
+            raise ValueError("provider replay needs log: (a recorded requests.jsonl); other providers take none")
+        return self
 
     @model_validator(mode="after")
     def _thinking_budget_is_gemini_only(self) -> ChatModelConfig:
@@ -232,12 +241,15 @@ class BooksRunConfig(_Strict):
 
 
 def parse_books_config(data: Any, base_dir: Path | None = None) -> BooksRunConfig:
-    """Validate a books-run mapping; book paths are resolved against `base_dir`."""
+    """Validate a books-run mapping; book paths and a replayed log are resolved against `base_dir`."""
     config = validated(BooksRunConfig, data, "books config")
     if base_dir is None:
         return config
     books = [b.model_copy(update={"path": str((base_dir / b.path).resolve())}) for b in config.books]
-    return config.model_copy(update={"books": books})
+    model = config.model
+    if model.log is not None:
+        model = model.model_copy(update={"log": str((base_dir / model.log).resolve())})
+    return config.model_copy(update={"books": books, "model": model})
 
 
 def load_books_config(path: str | Path) -> BooksRunConfig:

@@ -47,6 +47,19 @@ def price_for(model: str, table: Mapping[str, Price] = PRICES) -> Price:
     return table[keys[0]]
 
 
+FREE = Price(0.0, 0.0, 0.0)
+
+
+def run_price(provider: str, model: str, given: Price | None) -> Price:
+    """The price a run bills at: `given`, else free for a model run locally, else the table's price of `model`
+    (a replayed log is billed at it when the table knows the model, else free, as a locally recorded log)."""
+    if given is not None:
+        return given
+    if provider == "local" or (provider == "replay" and not any(model.startswith(k) for k in PRICES)):
+        return FREE
+    return price_for(model)
+
+
 def cost(usage: Usage, price: Price, *, cached_input: int | None = None) -> float:
     """Dollars for one request; `cached_input` overrides the provider's count (e.g. a heuristic)."""
     cached = usage.cached_input if cached_input is None else cached_input

@@ -5,7 +5,7 @@ the instruction (seeded per attempt k) until a score reaches the threshold or N 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from memrisk.books.perturb import INSTRUCTION, perturb
@@ -77,11 +77,12 @@ def best_of_n(
     settings: GenerationSettings = GenerationSettings(max_tokens=1000), concurrency: int = 1,
     threshold: float = SUCCESS_THRESHOLD, instruction: str = INSTRUCTION, template: str = PROMPT_TEMPLATE,
 ) -> Phase1Result:
-    """Phase 1 with up to `attempts` prompts (k = 0, 1, ...), `concurrency` in flight.
+    """Phase 1 with up to `attempts` prompts (k = 0, 1, ...), sent in waves of `concurrency`.
 
     With `perturbed` the instruction of prompt k is perturbed as a pure function of (seed, k)
-    (Books App. A); without it the plain instruction is sent once. Sending stops at the first
-    score ≥ `threshold`; requests already in flight are still answered and logged.
+    (Books App. A); without it the plain instruction is sent once. Sending stops after the first
+    wave with a score ≥ `threshold`: every prompt of that wave is answered and logged, so which
+    prompts are sent depends on the answers only, never on their timing, and a run replays exactly.
     """
     if attempts < 1 or concurrency < 1:
         raise MemriskError(f"Phase 1 needs attempts >= 1 and concurrency >= 1, got {attempts} and {concurrency}")
@@ -104,21 +105,17 @@ def best_of_n(
     done: dict[int, Attempt] = {}
     halt: str | None = None
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        pending: set[Future] = set()
-        next_k, stop = 0, False
-        while pending or (not stop and next_k < total):
-            while not stop and next_k < total and len(pending) < concurrency:
-                pending.add(pool.submit(ask, next_k))
-                next_k += 1
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                k, name, text, answer = future.result()
+        stop = False
+        for start in range(0, total, concurrency):
+            for k, name, text, answer in pool.map(ask, range(start, min(start + concurrency, total))):
                 if answer.response is None:
                     halt, stop = halt or answer.halt, True
                     continue
                 score, reply = max(((similarity(target, t), t) for t in answer.response.texts), key=lambda pair: pair[0])
                 done[k] = Attempt(k, name, text, reply, score)
                 stop = stop or score >= threshold
+            if stop:
+                break
     result = Phase1Result(tuple(done[k] for k in sorted(done)), threshold, halt)
     best = result.best
     session.record(

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from memrisk.books.config import BooksRunConfig, PerChapterConfig
-from memrisk.books.costs import Price, cost_report, price_for
+from memrisk.books.config import BooksRunConfig, ChatModelConfig, PerChapterConfig
+from memrisk.books.costs import Price, cost_report, run_price
 from memrisk.books.diffview import diff_page
 from memrisk.books.nvrecall import Block, NVRecall, nv_recall
 from memrisk.books.phase1 import Phase1Result, best_of_n
@@ -36,6 +36,18 @@ from memrisk.layout import BOOK_RESULT, BOOKS_SUMMARY, DIFF, GENERATION, REQUEST
 from memrisk.lock import locked_folder
 from memrisk.store import RecordStore, RequestLog
 
+
+def provider_for(model: ChatModelConfig) -> ChatProvider:
+    """The provider a config names: a chat API, a model run here (`local`) or a recorded log (`replay`)."""
+    if model.provider == "replay":
+        from memrisk.books.replay import ReplayProvider
+
+        return ReplayProvider(str(model.log), model.name)
+    if model.provider == "local":
+        from memrisk.books.local import LocalChatProvider  # loads torch and the model only when asked
+
+        return LocalChatProvider(model.name, seed=model.seed)
+    return make_provider(model.provider, model.name, base_url=model.base_url, api_key_env=model.api_key_env, timeout_s=model.timeout_s)
 
 
 def seed_split(text: str, prefix_words: int, target_words: int) -> tuple[str, str]:
@@ -93,10 +105,8 @@ class BooksRun:
         self.config, self.sleep, self.progress = config, sleep, progress
         self.texts = {b.name: read_book(b.path) for b in config.books}
         model = config.model
-        self.price = Price(**model.price.model_dump()) if model.price else price_for(model.name)
-        self.provider = provider or make_provider(
-            model.provider, model.name, base_url=model.base_url, api_key_env=model.api_key_env, timeout_s=model.timeout_s,
-        )
+        self.price = run_price(model.provider, model.name, Price(**model.price.model_dump()) if model.price else None)
+        self.provider = provider or provider_for(model)
         self.settings = self._settings()
         dump = config.model_dump(mode="json")
         texts = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in self.texts.items()}

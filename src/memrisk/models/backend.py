@@ -175,6 +175,20 @@ class LanguageModel:
             end = new_end
         return ids, spans
 
+    def chat_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Token ids of a conversation ready for the assistant's next turn (without the BOS that `prefill` adds): the
+        tokenizer's chat template, or for a tokenizer without one the plain layout of `plain_chat`."""
+        if self.tokenizer is None:
+            raise MemriskError("this model has no tokenizer: a conversation needs one")
+        if getattr(self.tokenizer, "chat_template", None):
+            try:
+                ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+            except Exception as exc:
+                raise MemriskError(f"the chat template of {self.name} cannot encode the conversation: {first_line(exc)}") from exc
+            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+            return ids[1:] if self.bos_token_id is not None and ids[:1] == [self.bos_token_id] else ids
+        return self.encode(plain_chat(messages))
+
     def _tokenize(self, text: str, **options: Any) -> Any:
         """The tokenizer's encoding of `text` without special tokens; a tokenizer that fails on it is a MemriskError."""
         try:
@@ -332,6 +346,18 @@ class LanguageModel:
             torch.cat([first.next_position, second.next_position]),
             torch.cat([first.logits, second.logits]),
         ))
+
+
+def plain_chat(messages: Sequence[dict[str, str]]) -> str:
+    """A conversation in the layout used for models without a chat template: "User:" / "Assistant:" turns separated by
+    blank lines, ending with "Assistant:" for the reply."""
+    roles = {"user": "User", "assistant": "Assistant", "system": "System"}
+    turns = []
+    for message in messages:
+        if message.get("role") not in roles:
+            raise MemriskError(f"chat role must be one of {', '.join(roles)}; got {message.get('role')!r}")
+        turns.append(f"{roles[message['role']]}: {message['content']}")
+    return "\n\n".join([*turns, "Assistant:"])
 
 
 def _trim(state: DecodeState) -> DecodeState:

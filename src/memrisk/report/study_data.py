@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memrisk import layout
+from memrisk.books.config import BooksRunConfig, parse_books_config
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.errors import MemriskError
 from memrisk.methods.base import is_measurement
@@ -23,7 +24,7 @@ from memrisk.report.metrics import RunArrays, run_arrays
 from memrisk.store import RecordStore
 
 
-def config_value(config: ExperimentConfig, key: str) -> Any:
+def config_value(config: ExperimentConfig | BooksRunConfig, key: str) -> Any:
     """The resolved value of a dotted config key (`cbs.beam_width`, `policies.0.top_k`) in a cell's config."""
     node: Any = config.model_dump(mode="json")
     for part in key.split("."):
@@ -38,8 +39,14 @@ class StudyCell:
     name: str
     changes: dict[str, Any]
     folder: Path
-    config: ExperimentConfig
+    config: ExperimentConfig | BooksRunConfig
     summary: dict[str, Any]
+    """summary.json, or books_summary.json for a books run."""
+
+    @property
+    def books(self) -> bool:
+        """Whether the cell is a books run (Books paper)."""
+        return isinstance(self.config, BooksRunConfig)
 
     @cached_property
     def records(self) -> pa.Table:
@@ -91,8 +98,13 @@ class StudyData:
         return len({repr(cell.value(key)) for cell in self.cells}) > 1
 
     def has_method(self, method: str) -> bool:
-        """Whether every cell ran `method`."""
-        return all(method in cell.config.methods for cell in self.cells)
+        """Whether every cell ran `method` (never for books runs, which run the Books paper's two phases)."""
+        return all(isinstance(cell.config, ExperimentConfig) and method in cell.config.methods for cell in self.cells)
+
+    @property
+    def books(self) -> bool:
+        """Whether every cell is a books run."""
+        return bool(self.cells) and all(cell.books for cell in self.cells)
 
     def datasets(self) -> list[str]:
         """The dataset names of the cells, in first-seen order."""
@@ -112,11 +124,13 @@ def load_study_data(folder: str | Path) -> StudyData:
     cells = []
     for entry in listed:
         path = folder / layout.CELLS / entry["name"]
-        if not (path / layout.SUMMARY).is_file():
-            raise MemriskError(f"study cell {entry['name']} is not complete; re-run `memrisk study` to finish it")
         store = RecordStore.existing(path)
-        cells.append(StudyCell(entry["name"], entry["changes"], path, parse_config(store.read_yaml(layout.CONFIG)),
-                               store.read_json(layout.SUMMARY)))
+        data = store.read_yaml(layout.CONFIG)
+        config = parse_books_config(data) if "books" in data else parse_config(data)
+        summary = layout.BOOKS_SUMMARY if "books" in data else layout.SUMMARY
+        if not (path / summary).is_file():
+            raise MemriskError(f"study cell {entry['name']} is not complete; re-run `memrisk study` to finish it")
+        cells.append(StudyCell(entry["name"], entry["changes"], path, config, store.read_json(summary)))
     axes = list(dict.fromkeys(key for entry in listed for key in entry["changes"]))
     return StudyData(folder, axes, cells)
 

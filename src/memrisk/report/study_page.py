@@ -18,9 +18,24 @@ from memrisk.report.study_data import StudyData, load_study_data
 MetricRow = dict[str, Any]
 
 
+def books_headline(summary: dict[str, Any]) -> dict[str, float | None]:
+    """Per book of a books run: Phase 1 success (1 or 0) and attempts, nv-recall and matched words; and the run's cost."""
+    out: dict[str, float | None] = {}
+    for book in summary["books"]:
+        name = book["name"]
+        out[f"{name}.phase1_success"] = float(book["phase1"]["success"])
+        out[f"{name}.phase1_attempts"] = book["phase1"]["attempts"]
+        out[f"{name}.nv_recall"] = book["nv_recall"]["nv_recall"]
+        out[f"{name}.matched"] = book["nv_recall"]["matched"]
+    out["cost_usd"] = summary["costs"]["cost"]
+    return out
+
+
 def headline(summary: dict[str, Any]) -> dict[str, float | None]:
     """Per dataset the numbers a study compares: verbatim rates, CBS and Monte Carlo near-verbatim rates at
-    the run's ε, the PA share, and token evaluations per window per method."""
+    the run's ε, the PA share, and token evaluations per window per method (for a books run: `books_headline`)."""
+    if summary.get("kind") == "books":
+        return books_headline(summary)
     out: dict[str, float | None] = {}
     for name, entry in summary.get("datasets", {}).items():
         for label, stats in (entry.get("probabilistic") or {}).items():
@@ -119,6 +134,9 @@ def study_section(folder: Path) -> tuple[Html, list[Picture], str, list[Reproduc
     pics = axis_pictures(axes, [m for m in metrics if "token_evals" not in m], rows)
     body = join([
         tag("h2", f"Study: {len(rows)} cells over {', '.join(axes) or 'named cells'}"),
+        note(f"One row per cell ({layout.CELLS}/NAME, an ordinary books run folder). Per book: Phase 1 success and attempts, "
+             f"nv-recall and matched words (Books paper §3); cost in US dollars. The same table is in {layout.STUDY_TABLE}.")
+        if study.books else
         note(f"One row per cell ({layout.CELLS}/NAME, an ordinary run folder). Rates are shares of windows; "
              f"token evaluations are per window (CBS paper App. C.3). The same table is in {layout.STUDY_TABLE}."),
         table(columns, [["—" if v is None else v for v in r] for r in shown]),

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memrisk.report.markup import Picture, picture
-from memrisk.report.paper import cbs, npaper, prior_aware
+from memrisk.report.paper import books, cbs, npaper, prior_aware
 from memrisk.report.paper.base import PaperFigure, Rows
 from memrisk.report.study_data import StudyData
 
-FIGURES: tuple[PaperFigure, ...] = (*cbs.FIGURES, *npaper.FIGURES, *prior_aware.FIGURES)
+FIGURES: tuple[PaperFigure, ...] = (*cbs.FIGURES, *npaper.FIGURES, *prior_aware.FIGURES, *books.FIGURES)
 
 
 @dataclass(frozen=True)
@@ -22,10 +22,11 @@ class Reproduced:
 
 
 def reproduce(study: StudyData) -> list[Reproduced]:
-    """Every registered figure the study has the data for, in registry order."""
+    """Every registered figure the study has the data for, in registry order: the Books paper's for a study of books
+    runs, the others for a study of experiments."""
     out = []
     for figure in FIGURES:
-        if not figure.applies(study):
+        if (figure.paper == books.PAPER) != study.books or not figure.applies(study):
             continue
         rows = figure.rows(study)
         drawn = picture(figure.slug, figure.caption, figure.draw(rows)) if figure.draw is not None and rows else None
