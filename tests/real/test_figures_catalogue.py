@@ -1,9 +1,10 @@
 """docs/figures.md: every entry's study, run as its command runs it, draws the entry's figure, and the study pages
 open in real headless Chromium with every image loaded and no console error.
 
-The studies are the ready ones in studies/, run on the session's SmolLM2 (one load). The full studies take minutes
-each on two cores, so here each runs as `memrisk study STUDY --set windows.limit=1` does: every cell, method and
-figure, on the first window of each dataset. `python docs/make_figures.py` runs them in full.
+The studies are the ready ones in studies/, run as `memrisk study` runs them (the demo's models through its hooks,
+SmolLM2 as the session's one load). The full studies take minutes each on two cores, so here each experiment study
+runs as `memrisk study STUDY --set windows.limit=1` does: every cell, method and figure, on the first window of each
+dataset; books studies replay their recorded logs in full. `python docs/make_figures.py` runs them all in full.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 import pytest
 
 from memrisk.report.html import write_report
-from memrisk.study import run_study
+from memrisk.demo.study import DemoModels
+from memrisk.study import load_study, run_study
 from tests.integration.test_report_html import BROWSER_MISSING, browser, full_page_png  # noqa: F401  (fixture used by name)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,15 +44,20 @@ def regenerated(tmp_path_factory, smollm2) -> Iterator[Path]:
     out = tmp_path_factory.mktemp("catalogue")
     kept = smollm2.batch_size
 
-    def load(config: Any) -> Any:
-        assert config.model.name == "smollm2", "catalogued studies run on SmolLM2"
-        smollm2.batch_size = config.model.batch_size if isinstance(config.model.batch_size, int) else kept
-        return smollm2
-
     try:
         for study in sorted({entry["study"] for entry in entries()}):
             folder = out / Path(study).stem
-            run_study(REPO / study, folder, progress=False, load=load, overrides=QUICK)
+            models = DemoModels.of(REPO / study, progress=False)
+
+            def load(config: Any) -> Any:
+                if config.model.name != "smollm2":
+                    return models.load(config)
+                smollm2.batch_size = config.model.batch_size if isinstance(config.model.batch_size, int) else kept
+                return smollm2
+
+            _, cells = load_study(REPO / study, models.prepare)
+            quick = {} if any(cell.books for cell in cells) else QUICK  # books studies replay their logs in seconds
+            run_study(REPO / study, folder, progress=False, load=load, prepare=models.prepare, overrides=quick)
             write_report([folder])
         yield out
     finally:
