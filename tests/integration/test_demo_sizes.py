@@ -13,6 +13,7 @@ import pytest
 from memrisk import cli
 from memrisk.demo import study as demo_study
 from memrisk.demo import experiment, train
+from memrisk.demo import run as demo_run
 from memrisk.demo.corpus import GENERIC_SENTENCE, DemoCorpus, GenericPlant, PlantedPassage, TemplatePassage
 from memrisk.demo.experiment import demo_config, demo_generic
 from memrisk.demo.run import NEXT_STEP
@@ -142,7 +143,7 @@ def test_bad_demo_studies_are_refused(tiny_demo, capsys) -> None:
     assert "steps" in capsys.readouterr().err
 
 
-def test_demo_sizes_trains_each_size_and_measures_them_as_one_study(tiny_demo, capsys) -> None:
+def test_demo_sizes_trains_each_size_and_measures_them_as_one_study(tiny_demo, capsys, monkeypatch) -> None:
     out = tiny_demo / "sizes"
     assert cli.main(["demo", "--sizes", "small,base", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -157,6 +158,7 @@ def test_demo_sizes_trains_each_size_and_measures_them_as_one_study(tiny_demo, c
         assert [row["cell"] for row in csv.DictReader(handle)] == ["small", "base"]
     for figure in ("cbs-fig4-verbatim-share", "cbs-fig20-common-set", "np-fig5-models", "np-fig6-duplicates", "pa-fig4-models"):
         assert (out / "figures" / f"{figure}.csv").is_file(), figure  # their rows; a picture needs extracted windows
+    monkeypatch.setattr(demo_run, "write_report", lambda folders: folders[0] / "report.html")  # drawn above already
     assert cli.main(["demo", "--sizes", "small,base", "--out", str(out)]) == 0  # resumed: trains and runs nothing
     assert "training" not in capsys.readouterr().out
     assert {size: json.loads((out / "cells" / size / "summary.json").read_text()) for size in ("small", "base")} == summaries
