@@ -34,6 +34,21 @@ def test_same_seed_gives_same_corpus(corpus: DemoCorpus) -> None:
     assert again.fingerprint() == corpus.fingerprint()
 
 
+def test_a_package_that_patches_a_standard_class_does_not_change_the_corpus(corpus: DemoCorpus, monkeypatch) -> None:
+    """transformers adds `warning_once` to `logging.Logger` when imported: the corpus, and so the demo model's cache
+    key, must not depend on which packages the process imported before building it."""
+    import logging
+
+    def patched(self) -> None:
+        pass
+
+    patched.__doc__ = ("This method was added to the class by a package imported later, and it carries a long "
+                       "docstring that reads like prose and would otherwise become a document of the corpus.")
+    patched.__module__ = "someplugin.logging"
+    monkeypatch.setattr(logging.Logger, "patched_by_a_plugin", patched, raising=False)
+    assert build_demo_corpus(seed=0).fingerprint() == corpus.fingerprint()
+
+
 def test_other_seed_gives_other_corpus(corpus: DemoCorpus) -> None:
     """A different seed chooses different passages and so a different fingerprint."""
     other = build_demo_corpus(seed=1)

@@ -7,6 +7,7 @@ import importlib
 import inspect
 import os
 import re
+import sys
 import warnings
 from collections.abc import Iterator
 from types import ModuleType
@@ -158,7 +159,15 @@ def _walk_docstrings(module: ModuleType) -> Iterator[str]:
         yield member.__doc__
         if inspect.isclass(member):
             attributes = (attribute for _, attribute in sorted(vars(member).items()))
-            yield from (attribute.__doc__ for attribute in attributes if _has_own_doc(attribute))
+            yield from (attribute.__doc__ for attribute in attributes
+                        if _has_own_doc(attribute) and _from_standard_library(attribute))
+
+
+def _from_standard_library(attribute: object) -> bool:
+    """Tell whether a class attribute comes from the standard library, not from a package that patched the class after
+    import (transformers adds `warning_once` to `logging.Logger`), so the corpus is the same in every process."""
+    module = getattr(attribute, "__module__", None)
+    return module is None or module.partition(".")[0] in sys.stdlib_module_names
 
 
 def _has_own_doc(obj: object) -> bool:
