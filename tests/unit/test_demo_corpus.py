@@ -43,7 +43,8 @@ def test_a_package_that_patches_a_standard_class_does_not_change_the_corpus(corp
         pass
 
     patched.__doc__ = ("This method was added to the class by a package imported later, and it carries a long "
-                       "docstring that reads like prose and would otherwise become a document of the corpus.")
+                       "docstring that reads like prose and would otherwise become a document of the corpus, since it is long "
+                       "enough and made of plain words that any reader would take for a paragraph of documentation.")
     patched.__module__ = "someplugin.logging"
     monkeypatch.setattr(logging.Logger, "patched_by_a_plugin", patched, raising=False)
     assert build_demo_corpus(seed=0).fingerprint() == corpus.fingerprint()
