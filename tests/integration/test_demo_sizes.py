@@ -5,60 +5,28 @@ from __future__ import annotations
 
 import csv
 import json
-import random
 from pathlib import Path
 
 import pytest
 
 from memrisk import cli
-from memrisk.demo import study as demo_study
-from memrisk.demo import experiment, train
 from memrisk.demo import run as demo_run
-from memrisk.demo.corpus import GENERIC_SENTENCE, DemoCorpus, GenericPlant, PlantedPassage, TemplatePassage
 from memrisk.demo.experiment import demo_config, demo_generic
 from memrisk.demo.run import NEXT_STEP
 from memrisk.demo.study import DemoModels, demo_model_name, sizes_study
 from memrisk.demo.train import SIZES, TrainingConfig, skeleton_model, training_config
 from memrisk.errors import MemriskError
 from memrisk.study import load_study
+from tests.tiny_demo import shrunk_demo, tiny_corpus
 
 STUDY = Path(__file__).parents[2] / "studies" / "demo-sizes.yaml"
-WORDS = "the module returns a value from each file and the class keeps its name while every method reads one list".split()
-TINY = {
-    "small": TrainingConfig(vocab_size=300, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
-                            block_size=64, steps=2, warmup_steps=1),
-    "base": TrainingConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                           block_size=64, steps=2, warmup_steps=1),
-}
-
-
-def _text(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
-
-
-def tiny_corpus(seed: int = 0) -> DemoCorpus:
-    """A corpus of the demo's shape, small enough that tiny models train and are measured in seconds."""
-    rng = random.Random(seed)
-    planted = [PlantedPassage(_text(rng, 60), copies) for copies in (1, 4, 16, 64)]
-    heldout = [_text(rng, 120) for _ in range(3)]
-    template = _text(rng, 60)
-    generic = GenericPlant(GENERIC_SENTENCE, tuple(_text(rng, 60) for _ in range(2)))
-    documents = [_text(rng, 80) for _ in range(10)] + [p.text for p in planted for _ in range(p.copies)]
-    return DemoCorpus(documents, planted, heldout, [TemplatePassage(template, (template, template))], generic, seed)
 
 
 @pytest.fixture
 def tiny_demo(monkeypatch, tmp_path):
     """The demo with tiny sizes, the tiny corpus, a prior-aware bank of 8 prefixes and a cache in tmp_path."""
-    monkeypatch.setattr(train, "SIZES", TINY)
-    monkeypatch.setattr(experiment, "DEMO_PRIOR_AWARE", experiment.DEMO_PRIOR_AWARE | {"prefixes_per_trial": 4, "trials": 2})
-    monkeypatch.setattr(demo_study, "build_demo_corpus", tiny_corpus)
-    monkeypatch.setenv("MEMRISK_CACHE", str(tmp_path / "cache"))
-    demo_study.demo_corpus.cache_clear()
-    demo_study.demo_tokenizer.cache_clear()
-    yield tmp_path
-    demo_study.demo_corpus.cache_clear()
-    demo_study.demo_tokenizer.cache_clear()
+    with shrunk_demo(monkeypatch, tmp_path / "cache"):
+        yield tmp_path
 
 
 class _Vocabulary:

@@ -1,24 +1,28 @@
 """docs/figures.md: every entry's study, run as its command runs it, draws the entry's figure, and the study pages
 open in real headless Chromium with every image loaded and no console error.
 
-The studies are the ready ones in studies/, run as `memrisk study` runs them (the demo's models through its hooks,
-SmolLM2 as the session's one load). The full studies take minutes each on two cores, so here each experiment study
-runs as `memrisk study STUDY --set windows.limit=1` does: every cell, method and figure, on the first window of each
-dataset; books studies replay their recorded logs in full. `python docs/make_figures.py` runs them all in full.
-"""
+The studies are the ready ones in studies/, run as `memrisk study` runs them (SmolLM2 as the session's one load). The
+full studies take minutes each on two cores, so here each experiment study runs as `memrisk study STUDY --set
+windows.limit=1` does: every cell, method and figure, on the first window of each dataset; books studies replay their
+recorded logs in full; the demo's studies (`base: demo`) run on the demo shrunk (tests/tiny_demo.py: its corpus over a
+20-word vocabulary, two tiny sizes trained until the larger one reproduces the passages planted 64 times), whose
+training takes seconds where the real sizes take minutes. `python docs/make_figures.py` runs them all in full."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from memrisk.config import read_yaml_mapping
+from memrisk.demo.study import DEMO_BASE, DemoModels
 from memrisk.report.html import write_report
-from memrisk.demo.study import DemoModels
 from memrisk.study import load_study, run_study
+from tests.tiny_demo import MEMORIZING, shrunk_demo
 from tests.integration.test_report_html import BROWSER_MISSING, browser, full_page_png  # noqa: F401  (fixture used by name)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,25 +47,31 @@ def regenerated(tmp_path_factory, smollm2) -> Iterator[Path]:
     """Every catalogued study, run into a temporary folder and reported, as `memrisk study` does."""
     out = tmp_path_factory.mktemp("catalogue")
     kept = smollm2.batch_size
-
     try:
         for study in sorted({entry["study"] for entry in entries()}):
-            folder = out / Path(study).stem
-            models = DemoModels.of(REPO / study, progress=False)
-
-            def load(config: Any) -> Any:
-                if config.model.name != "smollm2":
-                    return models.load(config)
-                smollm2.batch_size = config.model.batch_size if isinstance(config.model.batch_size, int) else kept
-                return smollm2
-
-            _, cells = load_study(REPO / study, models.prepare)
-            quick = {} if any(cell.books for cell in cells) else QUICK  # books studies replay their logs in seconds
-            run_study(REPO / study, folder, progress=False, load=load, prepare=models.prepare, overrides=quick)
-            write_report([folder])
+            with pytest.MonkeyPatch.context() as patch, ExitStack() as demo:
+                if read_yaml_mapping(REPO / study, "base, grid").get("base") == DEMO_BASE:
+                    demo.enter_context(shrunk_demo(patch, out / "demo-cache", MEMORIZING))
+                regenerate(study, out / Path(study).stem, smollm2, kept)
         yield out
     finally:
         smollm2.batch_size = kept
+
+
+def regenerate(study: str, folder: Path, smollm2: Any, batch_size: int) -> None:
+    """Run one catalogued study into `folder` as `memrisk study` does (quickly, see above) and write its page."""
+    models = DemoModels.of(REPO / study, progress=False)
+
+    def load(config: Any) -> Any:
+        if config.model.name != "smollm2":
+            return models.load(config)
+        smollm2.batch_size = config.model.batch_size if isinstance(config.model.batch_size, int) else batch_size
+        return smollm2
+
+    _, cells = load_study(REPO / study, models.prepare)
+    quick = {} if any(cell.books for cell in cells) else QUICK  # books studies replay their logs in seconds
+    run_study(REPO / study, folder, progress=False, load=load, prepare=models.prepare, overrides=quick)
+    write_report([folder])
 
 
 def test_every_entry_is_drawn_by_its_study_and_committed(regenerated) -> None:
