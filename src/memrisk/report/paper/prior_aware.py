@@ -59,7 +59,7 @@ def models_figure(rows: Rows) -> Figure:
     dataset; the PA share (memorized / extractable) as thick lines on the right axis."""
     cells = sorted(dict.fromkeys(r["cell"] for r in rows), key=lambda c: next((r["parameters"], r["cell"]) for r in rows if r["cell"] == c))
     names = series_names(cells, [next(r["model"] for r in rows if r["cell"] == c) for c in cells])
-    fig = new_figure(7.2, 4.6)
+    fig = new_figure(9.6, 4.6)
     ax = fig.add_subplot()
     share_ax = ax.twinx()
     for colour, dataset in zip(cycle(SERIES), dict.fromkeys(r["dataset"] for r in rows)):
@@ -77,7 +77,7 @@ def models_figure(rows: Rows) -> Figure:
     share_ax.set_ylim(0.0, 105.0)
     share_ax.set_ylabel("PA-memorized / extractable, %")
     handles = [h for a in (ax, share_ax) for h in a.get_legend_handles_labels()[0]]
-    ax.legend(handles, [h.get_label() for h in handles], fontsize=7)
+    fig.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="outside right upper")  # never over the lines
     return fig
 
 
