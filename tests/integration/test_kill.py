@@ -369,7 +369,9 @@ def test_ray_driver_killed_at_random_moments_loses_nothing(tmp_path, launcher, e
         check_committed(out, experiment.by_id, exact=False)
     seconds = complete_run(launcher, args)
     show(f"memrisk run --ray, driver killed (uninterrupted: {seconds:.1f} s)", kills, ("before", "after"))
-    assert sum(k.status == -signal.SIGKILL for k in kills) >= 10
+    # every kill at a named moment lands; a timed one may come after a resumed run (less work left) already finished
+    assert all(k.status == -signal.SIGKILL for k in kills if k.moment != "time"), kills
+    assert sum(k.status == -signal.SIGKILL for k in kills if k.moment == "time") >= 3, kills
     reference = json.loads((experiment.reference / "summary.json").read_text())
     assert_close(json.loads((out / "summary.json").read_text()), reference, "summary")
     check_finished(out, experiment.records, exact=False)
