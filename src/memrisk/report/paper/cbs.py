@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator, NullFormatter
 
 from memrisk import rules
@@ -141,30 +142,50 @@ def beam_sweep_rows(study: StudyData) -> Rows:
     return rows
 
 
-def beam_sweep_figure(rows: Rows) -> Figure:
-    """Three panels against B: extraction rate per ε, mean mass of the extractable windows per ε, CBS wall time."""
-    fig = new_figure(11.0, 3.4)
-    rate_ax, mass_ax, time_ax = fig.subplots(1, 3)
-    series: dict[tuple, list[dict]] = {}
+def _pooled_sweep(rows: Rows) -> dict[tuple, dict[int, tuple[int, int, float]]]:
+    """Per (model, prune, ε) and beam width: windows, extractable windows and their summed LB_ε, over the target datasets."""
+    pooled: dict[tuple, dict[int, tuple[int, int, float]]] = {}
     for row in rows:
-        series.setdefault((row["model"], row["dataset"], row["prune"], row["epsilon"]), []).append(row)
-    for (model, dataset, prune, epsilon), points in series.items():
-        points.sort(key=lambda r: r["beam_width"])
-        label = f"{dataset}, prune={prune}, ε={epsilon}"
-        widths = [r["beam_width"] for r in points]
-        rate_ax.plot(widths, [r["rate"] for r in points], marker="o", label=label)
-        mass_ax.plot(widths, [np.nan if r["mean_mass"] is None else r["mean_mass"] for r in points], marker="o")
+        points = pooled.setdefault((row["model"], row["prune"], row["epsilon"]), {})
+        windows, extractable, mass = points.get(row["beam_width"], (0, 0, 0.0))
+        extra = 0.0 if row["mean_mass"] is None else row["mean_mass"] * row["extractable"]
+        points[row["beam_width"]] = (windows + row["windows"], extractable + row["extractable"], mass + extra)
+    return pooled
+
+
+def beam_sweep_figure(rows: Rows) -> Figure:
+    """Three panels against B, the target datasets pooled: extraction rate and mean mass of the extractable windows per
+    ε (colour) and pruning (line style), and CBS wall time per pruning mode."""
+    fig = new_figure(11.5, 3.6)
+    rate_ax, mass_ax, time_ax = fig.subplots(1, 3)
+    pooled = _pooled_sweep(rows)
+    epsilons = sorted({epsilon for _, _, epsilon in pooled})
+    colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, max(len(epsilons), 1)))
+    models = sorted({model for model, _, _ in pooled})
+    styles = dict(zip(sorted({prune for _, prune, _ in pooled}), ("-", "--", ":", "-.")))
+    for (model, prune, epsilon), points in pooled.items():
+        widths = sorted(points)
+        style = {"color": colours[epsilons.index(epsilon)], "ls": styles[prune], "marker": "os^D"[models.index(model) % 4]}
+        rate_ax.plot(widths, [points[b][1] / points[b][0] if points[b][0] else np.nan for b in widths], **style)
+        mass_ax.plot(widths, [points[b][2] / points[b][1] if points[b][1] else np.nan for b in widths], **style)
     timed: dict[tuple, dict[int, float]] = {}
     for row in rows:
         timed.setdefault((row["model"], row["prune"]), {})[row["beam_width"]] = row["cbs_minutes"]
     for (model, prune), minutes in timed.items():
         widths = sorted(minutes)
-        time_ax.plot(widths, [minutes[b] * 60 for b in widths], marker="s", label=f"prune={prune}")
-    rate_ax.set(xlabel="beam width B", ylabel="rate with LB_ε ≥ τ_min", title="Fig. 23: extraction rate")
-    mass_ax.set(xlabel="beam width B", ylabel="mean LB_ε (extractable)", title="Fig. 24: extraction mass")
+        time_ax.plot(widths, [minutes[b] * 60 for b in widths], color="black", ls=styles[prune], marker="os^D"[models.index(model) % 4])
+    windows = {b: n for points in pooled.values() for b, (n, _, _) in points.items()}
+    rate_ax.set(xlabel="beam width B", ylabel=f"share of the {max(windows.values(), default=0)} windows with LB_ε ≥ τ_min",
+                title="Fig. 23: extraction rate")
+    mass_ax.set(xlabel="beam width B", ylabel="mean LB_ε of the extractable windows", title="Fig. 24: extraction mass")
     time_ax.set(xlabel="beam width B", ylabel="CBS wall time (s)", title="Fig. 25: wall time")
-    rate_ax.legend(fontsize="x-small")
-    time_ax.legend(fontsize="x-small")
+    for ax in (rate_ax, mass_ax, time_ax):
+        ax.set_xticks(sorted(windows))
+    handles = [Line2D([], [], color=colours[i], marker="o", label=f"ε = {epsilon}") for i, epsilon in enumerate(epsilons)]
+    handles += [Line2D([], [], color="black", ls=style, label=f"prune = {prune}") for prune, style in styles.items()]
+    if len(models) > 1:
+        handles += [Line2D([], [], color="grey", ls="", marker="os^D"[i % 4], label=plain(Path(str(m)).name)) for i, m in enumerate(models)]
+    fig.legend(handles=handles, fontsize=7, loc="outside right upper")
     return fig
 
 
