@@ -61,11 +61,11 @@ def _study(args: argparse.Namespace) -> None:
     from memrisk.layout import STUDY_TABLE
     from memrisk.lock import locked_folder
     from memrisk.report.html import write_report
-    from memrisk.demo.study import DemoModels
+    from memrisk.demo.study import study_models
     from memrisk.study import cost_estimate_lines, dry_run_lines, load_study, run_study
 
     out = Path(args.out) if args.out else Path("studies-out") / Path(args.study).stem
-    models = DemoModels.of(args.study)
+    models = study_models(args.study)
     overrides = dict(args.set)
     if args.dry_run:
         _, cells = load_study(args.study, models.prepare, overrides)

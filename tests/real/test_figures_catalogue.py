@@ -6,7 +6,9 @@ full studies take minutes each on two cores, so here each experiment study runs 
 windows.limit=1` does: every cell, method and figure, on the first window of each dataset; books studies replay their
 recorded logs in full; the demo's studies (`base: demo`) run on the demo shrunk (tests/tiny_demo.py: its corpus over a
 20-word vocabulary, two tiny sizes trained until the larger one reproduces the passages planted 64 times), whose
-training takes seconds where the real sizes take minutes. `python docs/make_figures.py` runs them all in full."""
+training takes seconds where the real sizes take minutes; the counterfactual study (`base: pa-counterfactual`) trains
+its 13 models of one seed on 2 targets for a few steps each, with a bank of 2 × 10 prefixes. `python
+docs/make_figures.py` runs them all in full."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from typing import Any
 import pytest
 
 from memrisk.config import read_yaml_mapping
-from memrisk.demo.study import DEMO_BASE, DemoModels
+from memrisk.demo.counterfactual import COUNTERFACTUAL_BASE
+from memrisk.demo.study import DEMO_BASE, study_models
 from memrisk.report.html import write_report
 from memrisk.study import load_study, run_study
 from tests.tiny_demo import MEMORIZING, shrunk_demo
@@ -28,6 +31,8 @@ from tests.integration.test_report_html import BROWSER_MISSING, browser, full_pa
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = REPO / "docs" / "figures.md"
 QUICK = {"windows.limit": 1}
+COUNTERFACTUAL_QUICK = {"seeds": 1, "targets": 2, "documents": 150, "steps": 20}
+"""The counterfactual study's section in the test: every composition, one seed, models trained for 20 steps."""
 ROW = re.compile(
     r"^\| (?P<figure>[^|]+?) \| `(?P<study>studies/[^`]+\.yaml)` \| `memrisk study (?P=study)` \| "
     r"!?\[[^\]]*\]\(figures/(?P<slug>[A-Za-z0-9.-]+)\.(?P<kind>png|csv)\) \|"
@@ -50,8 +55,11 @@ def regenerated(tmp_path_factory, smollm2) -> Iterator[Path]:
     try:
         for study in sorted({entry["study"] for entry in entries()}):
             with pytest.MonkeyPatch.context() as patch, ExitStack() as demo:
-                if read_yaml_mapping(REPO / study, "base, grid").get("base") == DEMO_BASE:
+                base = read_yaml_mapping(REPO / study, "base, grid").get("base")
+                if base == DEMO_BASE:
                     demo.enter_context(shrunk_demo(patch, out / "demo-cache", MEMORIZING))
+                if base == COUNTERFACTUAL_BASE:
+                    patch.setenv("MEMRISK_CACHE", str(out / "counterfactual-cache"))
                 regenerate(study, out / Path(study).stem, smollm2, kept)
         yield out
     finally:
@@ -60,7 +68,13 @@ def regenerated(tmp_path_factory, smollm2) -> Iterator[Path]:
 
 def regenerate(study: str, folder: Path, smollm2: Any, batch_size: int) -> None:
     """Run one catalogued study into `folder` as `memrisk study` does (quickly, see above) and write its page."""
-    models = DemoModels.of(REPO / study, progress=False)
+    source: Path | dict[str, Any] = REPO / study
+    quick: dict[str, Any] = dict(QUICK)
+    mapping = read_yaml_mapping(source, "base, grid")
+    if mapping.get("base") == COUNTERFACTUAL_BASE:
+        source = mapping | {COUNTERFACTUAL_BASE: mapping.get(COUNTERFACTUAL_BASE, {}) | COUNTERFACTUAL_QUICK}
+        quick["prior_aware.prefixes_per_trial"] = 10
+    models = study_models(source, progress=False)
 
     def load(config: Any) -> Any:
         if config.model.name != "smollm2":
@@ -68,9 +82,10 @@ def regenerate(study: str, folder: Path, smollm2: Any, batch_size: int) -> None:
         smollm2.batch_size = config.model.batch_size if isinstance(config.model.batch_size, int) else batch_size
         return smollm2
 
-    _, cells = load_study(REPO / study, models.prepare)
-    quick = {} if any(cell.books for cell in cells) else QUICK  # books studies replay their logs in seconds
-    run_study(REPO / study, folder, progress=False, load=load, prepare=models.prepare, overrides=quick)
+    _, cells = load_study(source, models.prepare)
+    if any(cell.books for cell in cells):
+        quick = {}  # books studies replay their logs in seconds
+    run_study(source, folder, progress=False, load=load, prepare=models.prepare, overrides=quick)
     write_report([folder])
 
 

@@ -1,6 +1,7 @@
 """The demo's experiment as a study (docs/studies.md): `base: demo` (with `demo: {seed: 0}`) stands for the experiment
 `memrisk demo` runs, and a model named `demo:SIZE` for the demo model of that size (`memrisk.demo.train.SIZES`), read
-from the demo's cache and trained first when missing. The study layer knows neither: the CLI hands it `DemoModels`."""
+from the demo's cache and trained first when missing; `base: pa-counterfactual` is `memrisk.demo.counterfactual`'s. The
+study layer knows none of them: the CLI hands it the hooks `study_models` picks."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from transformers import PreTrainedTokenizerFast
 
 from memrisk.config import ExperimentConfig, read_yaml_mapping, validated
 from memrisk.demo.corpus import DemoCorpus, build_demo_corpus
+from memrisk.demo.counterfactual import COUNTERFACTUAL_BASE, CounterfactualModels
 from memrisk.demo.experiment import demo_generic, demo_settings
 from memrisk.demo.train import (
     DEFAULT_SIZE, cached_model_dir, skeleton_model, train_demo_model, train_tokenizer, training_config,
@@ -135,3 +137,14 @@ def _model_names(data: dict[str, Any]) -> list[str]:
         if isinstance(changes, dict) and MODEL_KEY in changes:
             names.append(changes[MODEL_KEY])
     return [name for name in names if isinstance(name, str)]
+
+
+def study_models(study: str | Path | dict[str, Any], progress: bool = True) -> DemoModels | CounterfactualModels:
+    """The hooks a study's named base needs: `base: pa-counterfactual`'s, else the demo's (which pass any other base
+    and model through unchanged)."""
+    data = study if isinstance(study, dict) else read_yaml_mapping(study, "base, grid")
+    if data.get("base") == COUNTERFACTUAL_BASE:
+        return CounterfactualModels.of(data, progress)
+    if COUNTERFACTUAL_BASE in data:
+        raise MemriskError(f"the study section {COUNTERFACTUAL_BASE}: applies only with base: {COUNTERFACTUAL_BASE}")
+    return DemoModels.of(data, progress)

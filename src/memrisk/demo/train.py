@@ -61,10 +61,15 @@ def training_config(size: str) -> TrainingConfig:
     return SIZES[size]
 
 
+def cache_root() -> Path:
+    """``$MEMRISK_CACHE``, or ``~/.cache/memrisk`` when the variable is unset: where trained models are kept."""
+    root = os.environ.get("MEMRISK_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "memrisk"
+
+
 def default_cache_dir() -> Path:
     """Return ``$MEMRISK_CACHE/demo``, or ``~/.cache/memrisk/demo`` when the variable is unset."""
-    root = os.environ.get("MEMRISK_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "memrisk") / "demo"
+    return cache_root() / "demo"
 
 
 def train_demo_model(
@@ -210,7 +215,7 @@ def _fit(model: LlamaForCausalLM, blocks: torch.Tensor, config: TrainingConfig, 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
     batches = _batches(blocks, config.batch_size, seed)
     model.train()
-    with tqdm(range(config.steps), desc="training demo model", disable=not progress) as bar:
+    with tqdm(range(config.steps), desc="training", disable=not progress) as bar:
         for _ in bar:
             batch = next(batches)
             loss = model(input_ids=batch, labels=batch).loss

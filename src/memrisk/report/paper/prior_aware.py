@@ -257,13 +257,14 @@ def compositions_figure(rows: Rows) -> Figure:
 
 def sequences_figure(rows: Rows) -> Figure:
     """PA paper Fig. 3: counterfactual against prior-aware memorization per sequence, coloured by exact copies."""
-    fig = new_figure(6.4, 4.8)
+    fig = new_figure(7.4, 4.8)
     ax = fig.add_subplot()
     x, y, kept = _points(rows)
     for colour, exact in zip(cycle(SERIES), sorted({r["exact"] for r in kept})):
         chosen = [i for i, r in enumerate(kept) if r["exact"] == exact]
         ax.scatter([x[i] for i in chosen], [y[i] for i in chosen], s=24, color=colour, label=f"{exact} exact copies")
-    ax.legend(fontsize=7)
+    if kept:
+        fig.legend(fontsize=7, loc="outside right upper")  # never over the points
     ax.set(title=_correlation_title("one point per sequence and composition", x, y),
            xlabel="counterfactual memorization, Eq. 6 (log10)", ylabel="prior-aware memorization, Eq. 7 (log10)")
     return fig
