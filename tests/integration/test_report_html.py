@@ -26,7 +26,7 @@ from memrisk.config import parse_config
 from memrisk import rules
 from memrisk.report import figures, metrics
 from memrisk.report.html import write_report
-from memrisk.report.markup import inline_diff_html
+from memrisk.report.markup import asset, inline_diff_html
 from memrisk.summary import summarize
 from memrisk.report.text import summary_table
 from memrisk.runner import run_experiment
@@ -124,7 +124,10 @@ def test_report_is_written_into_the_run_folder_with_figures(report: Path) -> Non
 
 def test_report_is_self_contained_and_escapes_every_text(report: Path) -> None:
     page = report.read_text(encoding="utf-8")
-    assert "<script" not in page.lower()
+    scripts = re.findall(r"<script[^>]*>", page, flags=re.IGNORECASE)
+    assert scripts == ['<script type="application/json" class="memrisk-explorer-data" data-key="0">', "<script>", "<script>"], \
+        "only the explorer's data and its two inline scripts (Tabulator, explorer.js)"
+    assert page.count(asset("explorer.js")) == 1 and page.count(asset("tabulator.min.js").replace("</script", "<\\/script")) == 1
     assert all(tag.startswith('<img src="data:image/png;base64,') for tag in re.findall(r"<img[^>]*>", page))
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     assert SCRIPT not in page and IMG not in page and "<b>model</b>" not in page
@@ -409,7 +412,8 @@ def test_report_in_headless_chromium(served: str, browser: Any, tmp_path) -> Non
         "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
     )
     assert len(images) == 7 and all(done and width > 0 and height > 0 for done, width, height in images)
-    assert browser.execute_script("return document.querySelectorAll('script, [onerror], iframe, object').length") == 0
+    assert browser.execute_script("return document.querySelectorAll('[onerror], iframe, object').length") == 0
+    assert browser.execute_script("return document.querySelectorAll('script').length") == 3, "the explorer's data and scripts"
     body = browser.execute_script("return document.body.innerText")
     assert SCRIPT in body and IMG in body and MODEL in body
     with pytest.raises(NoAlertPresentException):

@@ -202,6 +202,12 @@ class LanguageModel:
             return " ".join(str(i) for i in ids)
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
+    def token_text(self, token: int) -> str:
+        """One token's text as it reads inside a sequence: `decode([token])` drops the leading space of SentencePiece
+        and word-level tokens, so the token is decoded after an anchor token and the anchor's text cut off."""
+        anchor = self.encode("a")[-1:] if self.tokenizer is not None else []
+        return self.decode([*anchor, token])[len(self.decode(anchor)):]
+
     def describe(self) -> dict[str, Any]:
         """Provenance of the model for records: name, revision, commit, dtype, device, attention, size,
         whether it runs compiled and accelerate's device map when its layers are spread over devices."""

@@ -53,13 +53,14 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
         pics += compare_pics
     for i, run in enumerate(runs):
         prefix = f"run{i + 1}-" if i else ""
-        section, run_pics = books_section(run, prefix, store.root) if isinstance(run, Books) else run_section(run, prefix)
+        section, run_pics = books_section(run, prefix, store.root) if isinstance(run, Books) else run_section(run, prefix, i)
         sections.append(section)
         pics += run_pics
     for pic in pics:
         store.write_bytes(layout.figure_file(pic.name, "png"), pic.png)
         store.write_bytes(layout.figure_file(pic.name, "svg"), pic.svg)
-    return store.write_text(layout.REPORT, page("memrisk report: " + ", ".join(r.label for r in runs), join(sections)))
+    explorer = any(r.arrays.count for r in record_runs)
+    return store.write_text(layout.REPORT, page("memrisk report: " + ", ".join(r.label for r in runs), join(sections), explorer))
 
 
 def write_study_report(folder: Path, out: Path | None = None) -> Path:

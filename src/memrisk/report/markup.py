@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import difflib
 import html
+import json
 import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -18,7 +20,9 @@ from memrisk import layout, rules
 from memrisk.report import figures
 
 LIST_LIMIT = 50
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+"""Nothing is fetched: images are data URLs, styles and scripts inline."""
+EXPLORER_ASSETS = ("tabulator.min.js", "explorer.js")
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}
@@ -28,6 +32,10 @@ figcaption{font-size:.85em;color:#555;max-width:640px}.note{color:#555;font-size
 .text{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:.85em}.prefix{color:#888}
 .match{background:#e6f4ea}.missing{background:#fbe3e4;text-decoration:line-through;color:#a40000}
 .added{background:#fff3c4;color:#7a4d00}.label{font-weight:600;font-size:.8em;color:#555}
+.explorer{margin:1em 0 2em}.explorer-tools{margin:.5em 0}.explorer-search{width:24em;padding:.2em}
+.window-detail{border:1px solid #ccc;padding:.5em 1em;margin-top:1em;min-height:3em}.window-detail h4{margin:.3em 0}
+.tok{border-right:1px dotted #ccc}.strip{margin:.2em 0;font-family:ui-monospace,monospace;font-size:.85em}
+.prob{display:inline-block;padding:0 .1em;white-space:pre}.candidates td{vertical-align:middle}
 """
 
 
@@ -118,11 +126,34 @@ def inline_diff_html(target: str, candidate: str) -> Html:
     return tag("div", *parts, class_="text")
 
 
-def page(title: str, body: Html) -> str:
-    """The whole HTML document: no scripts, no external resources, a CSP that forbids both."""
-    head = join([Html('<meta charset="utf-8">'), Html(f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'),
-                 Html('<link rel="icon" href="data:,">'), tag("title", title), tag("style", Html(STYLE))])
-    return "<!DOCTYPE html>\n" + tag("html", tag("head", head), tag("body", tag("h1", title), body), lang="en") + "\n"
+def asset(name: str) -> str:
+    """A file of memrisk/report/assets (the page's inline scripts and styles)."""
+    return resources.files("memrisk.report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def inline_script(source: str) -> Html:
+    """A script element with `source` inline (a closing script tag inside it is escaped)."""
+    return Html("<script>" + source.replace("</script", "<\\/script") + "</script>")
+
+
+def json_script(data: object, class_: str, **attrs: object) -> Html:
+    """Data for the page's scripts, as JSON that can never close its element ('<' is escaped)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    attributes = "".join(f' data-{key}="{html.escape(str(v), quote=True)}"' for key, v in attrs.items())
+    return Html(f'<script type="application/json" class="{class_}"{attributes}>{text}</script>')
+
+
+def page(title: str, body: Html, explorer: bool = False) -> str:
+    """The whole HTML document, with nothing to fetch (a CSP forbids it); with `explorer`, the window explorer's
+    table library, styles and script inline."""
+    head = [Html('<meta charset="utf-8">'), Html(f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'),
+            Html('<link rel="icon" href="data:,">'), tag("title", title), tag("style", Html(STYLE))]
+    scripts = []
+    if explorer:
+        head.append(tag("style", Html(asset("tabulator.min.css"))))
+        scripts = [inline_script(asset(name)) for name in EXPLORER_ASSETS]
+    document = tag("html", tag("head", join(head)), tag("body", tag("h1", title), body, join(scripts)), lang="en")
+    return "<!DOCTYPE html>\n" + document + "\n"
 
 
 @dataclass(frozen=True)

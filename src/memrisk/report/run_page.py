@@ -15,10 +15,13 @@ import pyarrow as pa
 from memrisk import layout, rules
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.methods import configured
-from memrisk.report import figures, metrics
+from memrisk.errors import MemriskError
+from memrisk.models.backend import load_model
+from memrisk.report import explorer, figures, metrics
+from memrisk.report.explorer import Pieces
 from memrisk.report.markup import (
-    LIST_LIMIT, Html, Picture, capped, count_rate, figure_html, inline_diff_html, join, log10_text, mass_text, note, pct,
-    picture, table, tag,
+    LIST_LIMIT, Html, Picture, capped, count_rate, figure_html, inline_diff_html, join, json_script, log10_text, mass_text,
+    note, pct, picture, table, tag,
 )
 from memrisk.report.text import pa_budget, token_eval_rows
 from memrisk.store import RecordStore
@@ -399,8 +402,35 @@ def prior_aware_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
     return join(parts), pics
 
 
-def run_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
-    """The report section of one run and its figures."""
+def token_pieces(config: ExperimentConfig) -> tuple[Pieces | None, str | None]:
+    """Each token id's text under the run's tokenizer (read without the weights), or None and why it cannot be read."""
+    try:
+        lm = load_model(config.model.name, revision=config.model.revision, gguf_file=config.model.gguf_file, weights=False)
+    except MemriskError as exc:
+        return None, str(exc)
+    return lm.token_text, None
+
+
+def explorer_section(run: Run, key: int) -> Html:
+    """The window explorer: every window in a table that sorts and filters, and the window a click opens."""
+    pieces, problem = token_pieces(run.config)
+    data = explorer.explorer_data(run.config, run.arrays, run.table.to_pylist(), pieces)
+    unit = "token" if pieces is not None else f"character (the tokenizer could not be read: {problem})"
+    tools = tag("div", tag("input", type="search", class_="explorer-search", placeholder="search windows by text or id",
+                           aria_label="search windows"), " ", tag("span", f"{run.arrays.count} windows", class_="explorer-count"),
+                class_="explorer-tools")
+    return tag("section", tag("h3", "Window explorer"),
+               note(f"Every window of the run. Click a column to sort it, filter under its title (numbers: at least the value), "
+                    f"search by text, click a row to open the window; the address then links to it. Diffs are by {unit}."),
+               tools, tag("div", "", class_="explorer-table"),
+               tag("div", note("Click a window to see its prefix, target, greedy continuation and CBS candidates."),
+                   class_="window-detail"),
+               json_script(data, "memrisk-explorer-data", key=key),
+               class_="explorer", id=f"explorer-{key}")
+
+
+def run_section(run: Run, prefix: str, key: int = 0) -> tuple[Html, list[Picture]]:
+    """The report section of one run and its figures; `key` tells its window explorer apart from other runs'."""
     parts = [tag("h2", f"Run: {run.label}"), tag("h3", "Configuration"), signature(run)]
     if run.windows:
         parts += [tag("h3", "Data"), data_table(run)]
@@ -420,4 +450,5 @@ def run_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
         section, prior_pics = prior_aware_section(run, prefix)
         parts.append(section)
         pics += prior_pics
+    parts.append(explorer_section(run, key))
     return join(parts), pics

@@ -1,0 +1,175 @@
+"""The report's window explorer: its data (rows, verdicts, diffs as opcodes, token pieces) and the page in real headless
+Chromium, opened from disk with the network off: filter, search, open a window and read its diff, follow a shared link.
+Screenshots of each step are written to the test's folder (and to test-artifacts/ with MEMRISK_ARTIFACTS=1)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memrisk import rules
+from memrisk.config import parse_config
+from memrisk.report import metrics
+from memrisk.report.explorer import explorer_data, opcodes
+from memrisk.report.html import write_report
+from memrisk.runner import run_experiment
+from memrisk.store import RecordStore
+from tests.conftest import WORDS
+from tests.integration.test_report_html import (  # noqa: F401  (the browser fixture is used by name)
+    BROWSER_MISSING, IMG, REPO, browser, full_page_png, make_run, records,
+)
+
+
+def apply(target: list[Any], candidate: list[Any], ops: list[list[int]]) -> list[Any]:
+    """`target` edited by the opcodes (their inserted and replacing units read from `candidate`)."""
+    out, at = [], 0
+    for _, a0, a1, b0, b1 in ops:
+        out += target[at:a0] + candidate[b0:b1]
+        at = a1
+    return out + target[at:]
+
+
+@given(st.lists(st.integers(0, 5), max_size=12), st.lists(st.integers(0, 5), max_size=12))
+def test_opcodes_turn_the_target_into_the_candidate(target: list[int], candidate: list[int]) -> None:
+    ops = opcodes(target, candidate)
+    assert apply(target, candidate, ops) == candidate
+    assert all(kind in (0, 1, 2) and (a1 > a0 or b1 > b0) for kind, a0, a1, b0, b1 in ops)
+
+
+def _data(root: Path) -> dict[str, Any]:
+    store = RecordStore.existing(root)
+    config = parse_config(store.read_yaml("config.yaml"))
+    table = store.read_records()
+    return explorer_data(config, metrics.run_arrays(table, config), table.to_pylist(), None)
+
+
+def test_rows_hold_each_windows_verdict_and_scores_and_details_diff_by_character_without_a_tokenizer(tmp_path) -> None:
+    data = _data(make_run(tmp_path / "run"))
+    rows, details = data["rows"], data["details"]
+    written = records()
+    assert [r["id"] for r in rows] == [r["example_id"] for r in written] and data["pieces"] is None
+    for row, record in zip(rows, written):
+        verdict = rules.verdicts([record["log_p.topk40"]], [record["cbs_lower.levenshtein"][-1]], 1e-3)[0]
+        assert row["class"] == rules.LABELS[str(verdict)]
+        expected = record["log_p.topk40"] / math.log(10) if math.isfinite(record["log_p.topk40"]) else None
+        assert row["p_z.topk40"] == (None if expected is None else pytest.approx(expected, abs=5e-4))
+        assert row["greedy_distance"] == record["greedy_levenshtein"]
+    first = details[0]
+    assert first["target"] == "plain suffix number 0" and first["candidates"][0]["units"] == "plain suffix number O"
+    assert first["candidates"][0]["ops"] == [[0, 20, 21, 20, 21]], "one character replaced: 0 → O"
+    assert first["greedy"]["ops"] == [] and first["token_log10_p"]["topk40"] == [pytest.approx(math.log10(0.4) / 4, abs=5e-4)] * 4
+    json.dumps(data, allow_nan=False)
+
+
+def test_a_real_runs_explorer_diffs_by_token_with_the_runs_tokenizer(tmp_path, model_dir) -> None:
+    story = " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(200))
+    config = parse_config({
+        "model": {"name": str(model_dir)}, "datasets": [{"name": "story", "documents": [story]}],
+        "windows": {"mode": "book", "prefix_length": 6, "suffix_length": 5, "stride": 80},
+        "methods": ["probabilistic", "greedy", "cbs"], "cbs": {"beam_width": 3, "epsilon": 2, "stored_candidates": 3},
+    })
+    run_experiment(config, tmp_path / "out", progress=False)
+    page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
+    assert "Diffs are by token." in page
+    payload = re.search(r'<script type="application/json" class="memrisk-explorer-data" data-key="0">(.*?)</script>', page, re.S)
+    data = json.loads(payload.group(1))
+    table = RecordStore.existing(tmp_path / "out").read_records().to_pylist()
+    for record, detail in zip(table, data["details"]):
+        # each piece reads as inside a sequence, so a word-level token keeps the space before it, the first one too
+        assert "".join(data["pieces"][str(i)] for i in detail["target"]).lstrip() == record["suffix_text"]
+        assert len(detail["candidates"]) == len(record["cbs_top"]) <= 3
+        for candidate, stored in zip(detail["candidates"], record["cbs_top"]):
+            assert apply(detail["target"], candidate["units"], candidate["ops"]) == stored["tokens"]
+    assert any(detail["candidates"] for detail in data["details"]), "some window has CBS candidates within ε"
+
+
+def _shot(driver: Any, folder: Path, name: str) -> None:
+    png = full_page_png(driver)
+    (folder / f"{name}.png").write_bytes(png)
+    if os.environ.get("MEMRISK_ARTIFACTS"):
+        (REPO / "test-artifacts").mkdir(exist_ok=True)
+        (REPO / "test-artifacts" / f"explorer-{name}.png").write_bytes(png)
+
+
+def _visible_ids(driver: Any) -> list[str]:
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#explorer-0 .tabulator-row .tabulator-cell[tabulator-field=id]'))"
+        ".map(c => c.innerText)")
+
+
+def _wait(condition: Any, timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
+
+
+@pytest.mark.skipif(BROWSER_MISSING is not None, reason=BROWSER_MISSING or "")
+def test_the_explorer_filters_opens_a_window_and_follows_a_shared_link_offline(tmp_path, browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    report = write_report([make_run(tmp_path / "run")])
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.emulateNetworkConditions",
+                            {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+    browser.get(report.as_uri())
+    ids = [r["example_id"] for r in records()]
+    assert _wait(lambda: _visible_ids(browser) == ids), "every window is listed, in the records' order"
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0, "nothing was fetched"
+    section = browser.find_element(By.ID, "explorer-0")
+    browser.execute_script("arguments[0].scrollIntoView()", section)
+    _shot(browser, tmp_path, "1-opened")
+
+    search = section.find_element(By.CSS_SELECTOR, ".explorer-search")
+    search.send_keys("numbr")
+    assert _wait(lambda: _visible_ids(browser) == []), "'numbr' is in no prefix, suffix or id"
+    search.clear()
+    search.send_keys("number 2")
+    assert _wait(lambda: _visible_ids(browser) == [ids[2]])
+    _shot(browser, tmp_path, "2-searched")
+    search.send_keys("\b" * len("number 2"))
+    assert _wait(lambda: len(_visible_ids(browser)) == len(ids))
+
+    distance = section.find_element(By.CSS_SELECTOR, ".tabulator-col[tabulator-field=greedy_distance] input")
+    distance.send_keys("1")
+    expected = [r["example_id"] for r in records() if r["greedy_levenshtein"] >= 1]
+    assert _wait(lambda: _visible_ids(browser) == expected), "a number filter keeps the windows at or above it"
+    assert section.find_element(By.CSS_SELECTOR, ".explorer-count").text == f"{len(expected)} of {len(ids)} windows"
+    _shot(browser, tmp_path, "3-filtered")
+    distance.send_keys("\b")
+
+    row = _wait(lambda: [r for r in section.find_elements(By.CSS_SELECTOR, ".tabulator-row") if r.text.startswith(ids[2])])
+    row[0].click()
+    detail = section.find_element(By.CSS_SELECTOR, ".window-detail")
+    assert _wait(lambda: ids[2] in detail.text)
+    missing = [e.text for e in detail.find_elements(By.CSS_SELECTOR, ".candidates .missing")]
+    added = [e.text for e in detail.find_elements(By.CSS_SELECTOR, ".candidates .added")]
+    assert (missing, added) == (["e"], []), "candidate 'plain suffix numbr 2' drops the target's 'e'"
+    assert "near-verbatim only" in detail.text, "window 2: p_z = 0 < τ_min ≤ LB_E"
+    greedy = browser.execute_script(
+        "const box = arguments[0].querySelector(':scope > .diff');"
+        "return Array.from(box.querySelectorAll('.match, .added')).map(e => e.textContent).join('')", detail)
+    assert greedy == "something else", "matched and added spans spell the greedy continuation"
+    link = browser.current_url
+    assert unquote(link.split("#", 1)[1]) == "window=0:" + ids[2], "the address names the open window"
+    _shot(browser, tmp_path, "4-window")
+
+    browser.get("about:blank")
+    browser.get(link)
+    detail = browser.find_element(By.CSS_SELECTOR, "#explorer-0 .window-detail")
+    assert _wait(lambda: ids[2] in detail.text), "the shared link opens the same window"
+    assert browser.execute_script("return document.querySelectorAll('#explorer-0 .tabulator-row.tabulator-selected').length") == 1
+    assert IMG in detail.text and "pwned" not in browser.title, "the planted markup in the id is shown as text"
+    _shot(browser, tmp_path, "5-shared-link")
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []
