@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from memrisk import rules
 from memrisk.config import parse_config
 from memrisk.report import metrics
-from memrisk.report.explorer import explorer_data, opcodes
+from memrisk.report.explorer import edits, explorer_data, packed_log10
 from memrisk.report.html import write_report
 from memrisk.runner import run_experiment
 from memrisk.store import RecordStore
@@ -30,20 +30,25 @@ from tests.integration.test_report_html import (  # noqa: F401  (the browser fix
 )
 
 
-def apply(target: list[Any], candidate: list[Any], ops: list[list[int]]) -> list[Any]:
-    """`target` edited by the opcodes (their inserted and replacing units read from `candidate`)."""
-    out, at = [], 0
-    for _, a0, a1, b0, b1 in ops:
-        out += target[at:a0] + candidate[b0:b1]
+def apply(target: Any, changes: list[list[Any]]) -> Any:
+    """`target` (a list of ids or a string) with the explorer's edits applied."""
+    out, at = target[:0], 0
+    for a0, a1, inserted in changes:
+        out += target[at:a0] + inserted
         at = a1
     return out + target[at:]
 
 
 @given(st.lists(st.integers(0, 5), max_size=12), st.lists(st.integers(0, 5), max_size=12))
-def test_opcodes_turn_the_target_into_the_candidate(target: list[int], candidate: list[int]) -> None:
-    ops = opcodes(target, candidate)
-    assert apply(target, candidate, ops) == candidate
-    assert all(kind in (0, 1, 2) and (a1 > a0 or b1 > b0) for kind, a0, a1, b0, b1 in ops)
+def test_edits_turn_the_target_into_the_generated_sequence(target: list[int], generated: list[int]) -> None:
+    changes = edits(target, generated)
+    assert apply(target, changes) == generated
+    assert all(a1 > a0 or inserted for a0, a1, inserted in changes), "no empty edit"
+
+
+@given(st.text(max_size=12), st.text(max_size=12))
+def test_edits_of_texts_are_by_character(target: str, generated: str) -> None:
+    assert apply(target, edits(target, generated)) == generated
 
 
 def _data(root: Path) -> dict[str, Any]:
@@ -55,7 +60,8 @@ def _data(root: Path) -> dict[str, Any]:
 
 def test_rows_hold_each_windows_verdict_and_scores_and_details_diff_by_character_without_a_tokenizer(tmp_path) -> None:
     data = _data(make_run(tmp_path / "run"))
-    rows, details = data["rows"], data["details"]
+    details = data["details"]
+    rows = [dict(zip(data["fields"], values)) for values in data["rows"]]
     written = records()
     assert [r["id"] for r in rows] == [r["example_id"] for r in written] and data["pieces"] is None
     for row, record in zip(rows, written):
@@ -65,9 +71,11 @@ def test_rows_hold_each_windows_verdict_and_scores_and_details_diff_by_character
         assert row["p_z.topk40"] == (None if expected is None else pytest.approx(expected, abs=5e-4))
         assert row["greedy_distance"] == record["greedy_levenshtein"]
     first = details[0]
-    assert first["target"] == "plain suffix number 0" and first["candidates"][0]["units"] == "plain suffix number O"
-    assert first["candidates"][0]["ops"] == [[0, 20, 21, 20, 21]], "one character replaced: 0 → O"
-    assert first["greedy"]["ops"] == [] and first["token_log10_p"]["topk40"] == [pytest.approx(math.log10(0.4) / 4, abs=5e-4)] * 4
+    assert "target" not in first and rows[0]["suffix"] == "plain suffix number 0", "the row's text is the sequence"
+    assert first["candidates"] == [[-22, 1, 1, [[20, 21, "O"]]]], "log10 0.6 = −0.22; one character replaced: 0 → O"
+    assert first["greedy"] == [] and first["token_log10_p"]["topk40"] == packed_log10([math.log(0.4) / 4] * 4)
+    assert packed_log10([math.log(0.4) / 4]) == "AK", "−log10(0.4)/4 = 0.0995 → code 10"
+    assert packed_log10([0.0, -math.inf, -1000.0]) == "AA" + "__" + "_-", "p = 1, p = 0, clipped at 10^−40.94 (4094)"
     json.dumps(data, allow_nan=False)
 
 
@@ -87,9 +95,12 @@ def test_a_real_runs_explorer_diffs_by_token_with_the_runs_tokenizer(tmp_path, m
     for record, detail in zip(table, data["details"]):
         # each piece reads as inside a sequence, so a word-level token keeps the space before it, the first one too
         assert "".join(data["pieces"][str(i)] for i in detail["target"]).lstrip() == record["suffix_text"]
+        assert len(detail["token_log10_p"]["topk40"]) == 2 * len(record["suffix_ids"])
         assert len(detail["candidates"]) == len(record["cbs_top"]) <= 3
-        for candidate, stored in zip(detail["candidates"], record["cbs_top"]):
-            assert apply(detail["target"], candidate["units"], candidate["ops"]) == stored["tokens"]
+        assert apply(detail["target"], detail["greedy"]) == record["greedy_ids"]
+        for (log10_p, levenshtein, _, changes), stored in zip(detail["candidates"], record["cbs_top"]):
+            assert apply(detail["target"], changes) == stored["tokens"] and levenshtein == stored["levenshtein"]
+            assert log10_p == round(100 * stored["log_p"] / math.log(10))
     assert any(detail["candidates"] for detail in data["details"]), "some window has CBS candidates within ε"
 
 
@@ -162,6 +173,8 @@ def test_the_explorer_filters_opens_a_window_and_follows_a_shared_link_offline(t
     assert greedy == "something else", "matched and added spans spell the greedy continuation"
     link = browser.current_url
     assert unquote(link.split("#", 1)[1]) == "window=0:" + ids[2], "the address names the open window"
+    strip = [e.get_attribute("title") for e in detail.find_elements(By.CSS_SELECTOR, ".strip .prob")]
+    assert strip == [f"token {i}: log10 p = −∞ (p = 0.00)" for i in range(1, 5)], "window 2's target is impossible (p_z = 0)"
     _shot(browser, tmp_path, "4-window")
 
     browser.get("about:blank")

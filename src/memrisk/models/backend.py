@@ -446,11 +446,13 @@ def load_model(
     compile: bool = False,
     device_map: str | None = None,
     weights: bool = True,
+    local_only: bool = False,
 ) -> LanguageModel:
     """Load a causal LM from a hub id, a local folder, 'smollm2', or wrap an in-memory model.
 
     `weights=False` builds the model from its config on the meta device (no weights read, no
     memory used) with its real tokenizer: enough to cut windows and count parameters, not to run.
+    `local_only` reads only files already on this machine (a hub id not in the local cache fails at once).
 
     `model` may also be a `transformers.PreTrainedModel` (with an optional tokenizer) or an
     existing `LanguageModel`, which is returned as is (compiled when asked). `attention` picks the
@@ -482,6 +484,8 @@ def load_model(
         raise MemriskError(f"could not load model {name!r}: {problem}")
     target = resolve_device(device)
     options: dict[str, Any] = {"revision": revision, "dtype": _resolve_dtype(dtype, target)}
+    if local_only:
+        options["local_files_only"] = True
     if gguf_file:
         options["gguf_file"] = gguf_file
     if attention not in (None, "auto"):
@@ -490,7 +494,7 @@ def load_model(
         options["attn_implementation"] = attention
     try:
         if not weights:
-            shape = AutoConfig.from_pretrained(source, **{k: v for k, v in options.items() if k in ("revision", "gguf_file")})
+            shape = AutoConfig.from_pretrained(source, **{k: v for k, v in options.items() if k in ("revision", "gguf_file", "local_files_only")})
             with torch.device("meta"):
                 loaded = AutoModelForCausalLM.from_config(shape)
         elif device_map is None:

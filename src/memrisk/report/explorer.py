@@ -1,9 +1,11 @@
 """The window explorer's data: one row per window (what the table sorts and filters) and one detail per window (what
 opens when a row or a chart point is clicked), built from a run's records for the interactive report.
 
-Sequences are token ids, shown through `pieces` (each id's text under the run's tokenizer); every diff is computed
-here with `difflib` on token ids and shipped as opcodes, so the page only draws. Without a tokenizer the sequences
-are the decoded texts and the diffs are by character.
+Sequences are token ids, shown through `pieces` (each id's text under the run's tokenizer); without a tokenizer they
+are the decoded texts, diffed by character. Every diff is computed here with `difflib` and shipped as the edits that
+turn the target into the generated sequence, [a0, a1, inserted], so the page only draws and a near-verbatim candidate
+costs a few numbers, not its whole text. Candidates' probabilities are log10 in hundredths (integers), None for −inf;
+per-token probabilities are packed two characters a token (`packed_log10`). Rows go as arrays in the columns' order.
 """
 
 from __future__ import annotations
@@ -33,15 +35,35 @@ def mass_log10(mass: float) -> float | None:
     return round(math.log10(mass), DIGITS) if mass > 0 else None
 
 
-def opcodes(target: Sequence[Unit], candidate: Sequence[Unit]) -> list[list[int]]:
-    """The non-equal difflib opcodes turning `target` into `candidate`, as [kind, a0, a1, b0, b1] with kind
-    0 = replace, 1 = delete, 2 = insert (equal spans are what lies between)."""
-    kinds = {"replace": 0, "delete": 1, "insert": 2}
-    matcher = difflib.SequenceMatcher(None, list(target), list(candidate), autojunk=False)
-    return [[kinds[op], a0, a1, b0, b1] for op, a0, a1, b0, b1 in matcher.get_opcodes() if op != "equal"]
+def edits(target: Sequence[Unit] | str, generated: Sequence[Unit] | str) -> list[list[Any]]:
+    """The difflib edits turning `target` into `generated`: [a0, a1, inserted] replaces target[a0:a1] by `inserted`
+    (a deletion when it is empty, an insertion when a0 == a1); what lies between the edits is equal."""
+    matcher = difflib.SequenceMatcher(None, target, generated, autojunk=False)
+    return [[a0, a1, generated[b0:b1]] for op, a0, a1, b0, b1 in matcher.get_opcodes() if op != "equal"]
+
+
+PACK_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+PACK_FLOOR = 4094
+"""Packed per-token log10 probabilities: −(hundredths) in 0…4094 (down to 10^−40.94, lower ones clipped), 4095 for −inf."""
+
+
+def packed_log10(log_p: Sequence[float]) -> str:
+    """Natural logs packed as two characters each: the 12-bit code −round(100·log10 p), 4095 for p = 0."""
+    out = []
+    for value in log_p:
+        code = min(-round(100 * value / LN10), PACK_FLOOR) if math.isfinite(value) else PACK_FLOOR + 1
+        code = max(code, 0)
+        out.append(PACK_ALPHABET[code >> 6] + PACK_ALPHABET[code & 63])
+    return "".join(out)
+
+
+def hundredths(log_p: float) -> int | None:
+    """A natural log as log10 in hundredths (−1.234 decades → −123), None for −inf."""
+    return round(100 * log_p / LN10) if math.isfinite(log_p) else None
 
 
 def _sequence(ids: Sequence[int], text: str, pieces: Pieces | None) -> list[int] | str:
+    """Token ids when the page has their pieces, else the text."""
     return [int(i) for i in ids] if pieces is not None else text
 
 
@@ -80,15 +102,17 @@ def columns(config: ExperimentConfig, arrays: RunArrays, table_columns: set[str]
 
 
 def explorer_data(config: ExperimentConfig, arrays: RunArrays, records: list[dict[str, Any]], pieces: Pieces | None) -> dict[str, Any]:
-    """Rows, details and token pieces of every window (records in the order of `arrays`)."""
+    """Rows, details and token pieces of every window (records in the order of `arrays`). With pieces the rows' prefix
+    and suffix texts are left for the page to join from the pieces."""
     names = set(records[0]) if records else set()
     cols = columns(config, arrays, names)
     duplicates = {d.name: d.duplicates for d in config.scored_datasets()}
     rows, details, used = [], [], set()
     for i, record in enumerate(records):
         row: dict[str, Any] = {"id": record["example_id"], "dataset": record["dataset"], "role": record["role"],
-                               "class": _classification(arrays, i, config.tau_min),
-                               "prefix": record["prefix_text"], "suffix": record["suffix_text"]}
+                               "class": _classification(arrays, i, config.tau_min)}
+        if pieces is None:
+            row["prefix"], row["suffix"] = record["prefix_text"], record["suffix_text"]
         if "duplicates" in {c["field"] for c in cols}:
             row["duplicates"] = duplicates.get(record["dataset"])
         for label, values in (arrays.policy_log_p or {}).items():
@@ -106,32 +130,35 @@ def explorer_data(config: ExperimentConfig, arrays: RunArrays, records: list[dic
         rows.append(row)
         details.append(_detail(record, arrays, i, pieces, used))
     shown = {str(i): pieces(i) for i in sorted(used)} if pieces is not None else None
-    return {"columns": cols, "rows": rows, "details": details, "pieces": shown}
+    fields = ["id", "dataset", "role", "class", *(c["field"] for c in cols if c["field"] not in ("dataset", "role", "class"))]
+    if pieces is not None:
+        fields = [f for f in fields if f not in ("prefix", "suffix")]
+    return {"columns": cols, "fields": fields, "rows": [[row.get(f) for f in fields] for row in rows], "details": details, "pieces": shown}
 
 
 def _detail(record: dict[str, Any], arrays: RunArrays, index: int, pieces: Pieces | None, used: set[int]) -> dict[str, Any]:
-    """What opens for one window: prefix, target, greedy continuation and top CBS candidates with their diffs against the
-    target, and the target's per-token log10 probability under each policy."""
+    """What opens for one window: prefix, target, greedy continuation (edits against the target), the top CBS
+    candidates as [log10 p in hundredths, Levenshtein, Hamming, edits], and the target's per-token probabilities under
+    each policy (`packed_log10`)."""
     target = _sequence(record["suffix_ids"], record["suffix_text"], pieces)
-    detail: dict[str, Any] = {"prefix": _sequence(record["prefix_ids"], record["prefix_text"], pieces), "target": target}
-    if pieces is not None:
+    detail: dict[str, Any] = {}
+    if pieces is not None:  # without pieces the row's prefix and suffix texts are the sequences
+        detail |= {"prefix": _sequence(record["prefix_ids"], record["prefix_text"], pieces), "target": target}
         used.update(record["prefix_ids"], record["suffix_ids"])
     if record.get("greedy_ids") is not None:
-        greedy = _sequence(record["greedy_ids"], record["greedy_text"], pieces)
-        detail["greedy"] = {"units": greedy, "ops": opcodes(target, greedy)}
+        detail["greedy"] = edits(target, _sequence(record["greedy_ids"], record["greedy_text"], pieces))
         if pieces is not None:
             used.update(record["greedy_ids"])
     if record.get("cbs_top") is not None:
         detail["candidates"] = []
         for candidate in record["cbs_top"]:
-            units = _sequence(candidate["tokens"], candidate["text"], pieces)
             if pieces is not None:
                 used.update(candidate["tokens"])
-            detail["candidates"].append({"units": units, "ops": opcodes(target, units), "log10_p": log10(candidate["log_p"]),
-                                         "levenshtein": candidate["levenshtein"], "hamming": candidate["hamming"]})
+            generated = _sequence(candidate["tokens"], candidate["text"], pieces)
+            detail["candidates"].append([hundredths(candidate["log_p"]), candidate["levenshtein"], candidate["hamming"],
+                                         edits(target, generated)])
     detail["token_log10_p"] = {
-        label: [log10(float(v)) for v in record[f"token_log_p.{label}"]]
+        label: packed_log10([float(v) for v in record[f"token_log_p.{label}"]])
         for label in arrays.policy_log_p or {} if record.get(f"token_log_p.{label}") is not None
     }
     return detail
-

@@ -405,7 +405,8 @@ def prior_aware_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
 def token_pieces(config: ExperimentConfig) -> tuple[Pieces | None, str | None]:
     """Each token id's text under the run's tokenizer (read without the weights), or None and why it cannot be read."""
     try:
-        lm = load_model(config.model.name, revision=config.model.revision, gguf_file=config.model.gguf_file, weights=False)
+        lm = load_model(config.model.name, revision=config.model.revision, gguf_file=config.model.gguf_file, weights=False,
+                        local_only=True)
     except MemriskError as exc:
         return None, str(exc)
     return lm.token_text, None

@@ -6,6 +6,17 @@
 (function () {
   "use strict";
   const PREFIX = "window=";
+  const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  const PACK_IMPOSSIBLE = 4095;
+
+  function unpack(packed) {  /* two characters a token: −(log10 p in hundredths), 4095 for p = 0 (explorer.py) */
+    const values = [];
+    for (let i = 0; i < packed.length; i += 2) {
+      const code = ALPHABET.indexOf(packed[i]) * 64 + ALPHABET.indexOf(packed[i + 1]);
+      values.push(code === PACK_IMPOSSIBLE ? null : -code);
+    }
+    return values;
+  }
   const explorers = {};
 
   function el(name, className, text) {
@@ -55,7 +66,19 @@
   function Explorer(script) {
     this.key = script.dataset.key;
     this.data = JSON.parse(script.textContent);
+    const fields = this.data.fields;
+    this.data.rows = this.data.rows.map((values) => Object.fromEntries(fields.map((field, i) => [field, values[i]])));
     this.byId = new Map(this.data.rows.map((row, i) => [row.id, i]));
+    this.data.rows.forEach((row, i) => {
+      const d = this.data.details[i];
+      if (this.data.pieces) {
+        row.prefix = this.units(d.prefix).join("");
+        row.suffix = this.units(d.target).join("");
+      } else {
+        d.prefix = row.prefix;
+        d.target = row.suffix;
+      }
+    });
     this.root = document.getElementById("explorer-" + this.key);
     this.detail = this.root.querySelector(".window-detail");
     const search = this.root.querySelector(".explorer-search");
@@ -94,14 +117,14 @@
     return span;
   };
 
-  Explorer.prototype.diff = function (target, candidate, ops) {
-    const a = this.units(target), b = this.units(candidate);
+  Explorer.prototype.diff = function (target, edits) {
+    const a = this.units(target);
     const box = el("div", "text diff");
     let at = 0;
-    ops.forEach(([, a0, a1, b0, b1]) => {
+    edits.forEach(([a0, a1, inserted]) => {
       if (a0 > at) box.appendChild(this.tokens(a.slice(at, a0), "match"));
       if (a1 > a0) box.appendChild(this.tokens(a.slice(a0, a1), "missing", "in the target, not generated"));
-      if (b1 > b0) box.appendChild(this.tokens(b.slice(b0, b1), "added", "generated, not in the target"));
+      if (inserted.length) box.appendChild(this.tokens(this.units(inserted), "added", "generated, not in the target"));
       at = a1;
     });
     if (at < a.length) box.appendChild(this.tokens(a.slice(at), "match"));
@@ -113,10 +136,10 @@
     row.appendChild(el("span", "label", label + " "));
     const units = typeof target === "string" ? values.map((_, i) => " " + (i + 1) + " ") : this.units(target);
     values.forEach((value, i) => {
-      const p = value === null ? 0 : Math.pow(10, value);
+      const p = value === null ? 0 : Math.pow(10, value / 100);
       const cell = el("span", "tok prob", units[i] !== undefined ? units[i] : "·");
       cell.style.background = value === null ? "#ddd" : "hsl(" + Math.round(120 * p) + ",70%,80%)";
-      cell.title = "token " + (i + 1) + ": log10 p = " + log10Text(value) + " (p = " + p.toPrecision(3) + ")";
+      cell.title = "token " + (i + 1) + ": log10 p = " + log10Text(value === null ? null : value / 100) + " (p = " + p.toPrecision(3) + ")";
       row.appendChild(cell);
     });
     return row;
@@ -139,7 +162,7 @@
     box.appendChild(this.tokens(this.units(d.target), "text"));
     if (d.greedy) {
       box.appendChild(el("div", "label", "greedy continuation against the target"));
-      box.appendChild(this.diff(d.target, d.greedy.units, d.greedy.ops));
+      box.appendChild(this.diff(d.target, d.greedy));
     }
     if (d.candidates && d.candidates.length) {
       box.appendChild(el("div", "label", "top " + d.candidates.length + " CBS candidates against the target"));
@@ -147,11 +170,12 @@
       const head = el("tr");
       ["#", "log10 p", "Levenshtein", "Hamming", "candidate (diff against the target)"].forEach((h) => head.appendChild(el("th", null, h)));
       table.appendChild(head);
-      d.candidates.forEach((c, i) => {
+      d.candidates.forEach(([log10p, levenshtein, hamming, edits], i) => {
         const tr = el("tr");
-        [String(i + 1), log10Text(c.log10_p), String(c.levenshtein), String(c.hamming)].forEach((v) => tr.appendChild(el("td", "num", v)));
+        [String(i + 1), log10Text(log10p === null ? null : log10p / 100), String(levenshtein), String(hamming)]
+          .forEach((v) => tr.appendChild(el("td", "num", v)));
         const cell = el("td");
-        cell.appendChild(this.diff(d.target, c.units, c.ops));
+        cell.appendChild(this.diff(d.target, edits));
         tr.appendChild(cell);
         table.appendChild(tr);
       });
@@ -160,7 +184,7 @@
     const policies = Object.keys(d.token_log10_p || {});
     if (policies.length) {
       box.appendChild(el("div", "label", "probability of each target token, per policy (green: likely, red: unlikely, grey: impossible)"));
-      policies.forEach((policy) => box.appendChild(this.strip(policy, d.token_log10_p[policy], d.target)));
+      policies.forEach((policy) => box.appendChild(this.strip(policy, unpack(d.token_log10_p[policy]), d.target)));
     }
   };
 
