@@ -427,3 +427,11 @@ def test_report_in_headless_chromium(served: str, browser: Any, tmp_path) -> Non
     if os.environ.get("MEMRISK_ARTIFACTS"):
         (REPO / "test-artifacts").mkdir(exist_ok=True)
         (REPO / "test-artifacts" / "report.png").write_bytes(shot)
+
+
+def test_the_title_names_the_run_folder_and_model_never_a_cache_path(tmp_path) -> None:
+    cached = tmp_path / "cache" / "memrisk" / "demo" / "7171c0e3f4a7c7b5-dfac79cdc01c6e74"
+    page = write_report([make_run(tmp_path / "my-audit", model=str(cached))]).read_text(encoding="utf-8")
+    title = re.search(r"<title>(.*?)</title>", page).group(1)
+    assert title == "memrisk report: my-audit (7171c0e3f4a7c7b5-dfac79cdc01c6e74)"
+    assert "Run: 7171c0e3f4a7c7b5-dfac79cdc01c6e74" in page and f"Run: {cached}" not in page

@@ -78,12 +78,17 @@ def _optional_json(store: RecordStore, name: str) -> dict[str, Any]:
     return store.read_json(name) if (store.root / name).is_file() else {}
 
 
+def model_label(name: str) -> str:
+    """A model as the report names it: its name, or the last part of a local folder's path (never a cache path)."""
+    return Path(name).name if Path(name).is_absolute() or Path(name).exists() else name
+
+
 def load_run(folder: Path) -> Run:
     """Read a run folder's config, provenance and records (labelled by its model name)."""
     store = RecordStore.existing(folder)
     config = parse_config(store.read_yaml(layout.CONFIG))
     records = store.read_records()
-    return Run(store, config.model.name, config, _optional_json(store, layout.VERSIONS), _optional_json(store, layout.WINDOWS),
+    return Run(store, model_label(config.model.name), config, _optional_json(store, layout.VERSIONS), _optional_json(store, layout.WINDOWS),
                _optional_json(store, layout.PRIOR_AWARE), records, metrics.run_arrays(records, config))
 
 
