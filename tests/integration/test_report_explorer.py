@@ -104,8 +104,10 @@ def test_a_real_runs_explorer_diffs_by_token_with_the_runs_tokenizer(tmp_path, m
     assert any(detail["candidates"] for detail in data["details"]), "some window has CBS candidates within ε"
 
 
-def _shot(driver: Any, folder: Path, name: str) -> None:
-    png = full_page_png(driver)
+def _shot(driver: Any, folder: Path, name: str, whole_page: bool = True) -> None:
+    """A screenshot of the step: the whole page, or what the window shows. A full-page capture resizes the viewport for a
+    moment, and a chart point clicked after one was not opened here, so the chart steps take what the window shows."""
+    png = full_page_png(driver) if whole_page else driver.get_screenshot_as_png()
     (folder / f"{name}.png").write_bytes(png)
     if os.environ.get("MEMRISK_ARTIFACTS"):
         (REPO / "test-artifacts").mkdir(exist_ok=True)
@@ -186,3 +188,31 @@ def test_the_explorer_filters_opens_a_window_and_follows_a_shared_link_offline(t
     _shot(browser, tmp_path, "5-shared-link")
     severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == []
+
+
+@pytest.mark.skipif(BROWSER_MISSING is not None, reason=BROWSER_MISSING or "")
+def test_a_chart_point_shows_its_window_on_hover_and_opens_it_on_click(tmp_path, browser) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    report = write_report([make_run(tmp_path / "run")])
+    browser.get(report.as_uri())
+    chart = browser.find_element(By.ID, "chart-scatter")
+    assert _wait(lambda: chart.get_attribute("data-ready") == "true"), "Vega-Embed drew the chart"
+    browser.execute_script("arguments[0].scrollIntoView()", chart)
+    points = chart.find_elements(By.CSS_SELECTOR, "g.mark-symbol.role-mark path")
+    written = records()
+    extracted = [r for r in written if r["role"] == "target" and (r["log_p.topk40"] >= math.log(1e-3) or r["cbs_lower.levenshtein"][-1] >= 1e-3)]
+    assert len(points) == len(extracted) == 3, "the verbatim, orange and red target windows"
+    ActionChains(browser).move_to_element(points[1]).perform()
+    tooltip = _wait(lambda: [e.text for e in browser.find_elements(By.ID, "vg-tooltip-element") if e.text])
+    assert tooltip and any(r["example_id"] in tooltip[0] for r in extracted), "the tooltip names the point's window"
+    shown = next(r["example_id"] for r in extracted if r["example_id"] in tooltip[0])
+    _shot(browser, tmp_path, "6-chart-hover", whole_page=False)
+    points[1].click()
+    detail = browser.find_element(By.CSS_SELECTOR, "#explorer-0 .window-detail")
+    assert _wait(lambda: shown in detail.text), "a click opens the point's window in the explorer"
+    assert unquote(browser.current_url.split("#", 1)[1]) == "window=0:" + shown
+    _shot(browser, tmp_path, "7-chart-click", whole_page=False)
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0, "nothing was fetched"
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -117,7 +117,8 @@ def test_report_is_written_into_the_run_folder_with_figures(report: Path) -> Non
     assert "prior-aware.png" not in figures
     page = report.read_text(encoding="utf-8")
     images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(images) == 7
+    assert len(images) == 6, "every figure but the scatter, which is an interactive chart"
+    assert page.count('class="memrisk-chart"') == 1 and 'id="chart-scatter"' in page
     assert all(base64.b64decode(data).startswith(b"\x89PNG") for data in images)
     assert (report.parent / "figures" / "scatter.svg").read_bytes().lstrip().startswith(b"<?xml")
 
@@ -125,11 +126,14 @@ def test_report_is_written_into_the_run_folder_with_figures(report: Path) -> Non
 def test_report_is_self_contained_and_escapes_every_text(report: Path) -> None:
     page = report.read_text(encoding="utf-8")
     scripts = re.findall(r"<script[^>]*>", page, flags=re.IGNORECASE)
-    assert scripts == ['<script type="application/json" class="memrisk-explorer-data" data-key="0">', "<script>", "<script>"], \
-        "only the explorer's data and its two inline scripts (Tabulator, explorer.js)"
-    assert page.count(asset("explorer.js")) == 1 and page.count(asset("tabulator.min.js").replace("</script", "<\\/script")) == 1
-    assert all(tag.startswith('<img src="data:image/png;base64,') for tag in re.findall(r"<img[^>]*>", page))
-    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert scripts == ['<script type="application/json" class="memrisk-chart" data-target="chart-scatter" data-explorer="0">',
+                       '<script type="application/json" class="memrisk-explorer-data" data-key="0">', *["<script>"] * 4], \
+        "only the chart's spec, the explorer's data and four inline scripts (Tabulator, explorer.js, Vega-Embed, charts.js)"
+    for name in ("explorer.js", "tabulator.min.js", "charts.js"):
+        assert page.count(asset(name).replace("</script", "<\\/script")) == 1
+    markup = re.sub(r"<script[^>]*>.*?</script>", "", page, flags=re.S)  # the inlined libraries' source is not markup
+    assert all(tag.startswith('<img src="data:image/png;base64,') for tag in re.findall(r"<img[^>]*>", markup))
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", markup)
     assert SCRIPT not in page and IMG not in page and "<b>model</b>" not in page
     assert html.escape(SCRIPT) in page and html.escape(IMG) in page
     text = visible_text(page)
@@ -342,7 +346,7 @@ def test_report_of_a_real_run(tmp_path, word_model) -> None:
     })
     run_experiment(run, tmp_path / "out", model=word_model, progress=False)
     page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
-    assert page.count("data:image/png;base64,") == 7 and "Run: word-model" in page
+    assert page.count("data:image/png;base64,") == 6 and 'id="chart-scatter"' in page and "Run: word-model" in page
     a = metrics.run_arrays(RecordStore.existing(tmp_path / "out").read_records(), run)
     shares = rules.shell_shares(a.lower, run.tau_min)
     assert shares.shape[0] >= 2, "the run extracts some windows near-verbatim"
@@ -411,9 +415,9 @@ def test_report_in_headless_chromium(served: str, browser: Any, tmp_path) -> Non
     images = browser.execute_script(
         "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
     )
-    assert len(images) == 7 and all(done and width > 0 and height > 0 for done, width, height in images)
+    assert len(images) == 6 and all(done and width > 0 and height > 0 for done, width, height in images)
     assert browser.execute_script("return document.querySelectorAll('[onerror], iframe, object').length") == 0
-    assert browser.execute_script("return document.querySelectorAll('script').length") == 3, "the explorer's data and scripts"
+    assert browser.execute_script("return document.querySelectorAll('script').length") == 6, "chart and explorer, data and scripts"
     body = browser.execute_script("return document.body.innerText")
     assert SCRIPT in body and IMG in body and MODEL in body
     with pytest.raises(NoAlertPresentException):

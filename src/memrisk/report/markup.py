@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import difflib
+import functools
 import html
 import json
 import math
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from matplotlib.figure import Figure
 
@@ -20,14 +22,14 @@ from memrisk import layout, rules
 from memrisk.report import figures
 
 LIST_LIMIT = 50
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
-"""Nothing is fetched: images are data URLs, styles and scripts inline."""
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline' 'unsafe-eval'"
+"""Nothing is fetched: images are data URLs, styles and scripts inline (Vega compiles its expressions, hence eval)."""
 EXPLORER_ASSETS = ("tabulator.min.js", "explorer.js")
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}
 th{background:#f3f3f3;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
-figure{display:inline-block;margin:.5em;vertical-align:top}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figure{display:inline-block;margin:.5em;vertical-align:top}figure.interactive{display:block}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555;max-width:640px}.note{color:#555;font-size:.9em}
 .text{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:.85em}.prefix{color:#888}
 .match{background:#e6f4ea}.missing{background:#fbe3e4;text-decoration:line-through;color:#a40000}
@@ -143,15 +145,33 @@ def json_script(data: object, class_: str, **attrs: object) -> Html:
     return Html(f'<script type="application/json" class="{class_}"{attributes}>{text}</script>')
 
 
-def page(title: str, body: Html, explorer: bool = False) -> str:
-    """The whole HTML document, with nothing to fetch (a CSP forbids it); with `explorer`, the window explorer's
-    table library, styles and script inline."""
+@functools.cache
+def vega_bundle() -> str:
+    """Vega, Vega-Lite and Vega-Embed as one script that sets them on `window` (from vl-convert, built once)."""
+    import vl_convert
+
+    return vl_convert.javascript_bundle()
+
+
+def chart_html(spec: dict[str, Any], name: str, caption: str, explorer: int | None = None) -> Html:
+    """An interactive chart: its Vega-Lite spec drawn in place by charts.js; clicking a point opens its window in the
+    explorer `explorer` of the page."""
+    data = {"target": f"chart-{name}"} | ({"explorer": explorer} if explorer is not None else {})
+    return tag("figure", tag("div", "", id=f"chart-{name}", class_="chart"), json_script(spec, "memrisk-chart", **data),
+               tag("figcaption", caption), class_="interactive")
+
+
+def page(title: str, body: Html, explorer: bool = False, charts: bool = False) -> str:
+    """The whole HTML document, with nothing to fetch (a CSP forbids it); with `explorer` the window explorer's table
+    library, styles and script inline, with `charts` Vega-Embed and the script that draws the charts."""
     head = [Html('<meta charset="utf-8">'), Html(f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'),
             Html('<link rel="icon" href="data:,">'), tag("title", title), tag("style", Html(STYLE))]
     scripts = []
     if explorer:
         head.append(tag("style", Html(asset("tabulator.min.css"))))
         scripts = [inline_script(asset(name)) for name in EXPLORER_ASSETS]
+    if charts:
+        scripts += [inline_script(vega_bundle()), inline_script(asset("charts.js"))]
     document = tag("html", tag("head", join(head)), tag("body", tag("h1", title), body, join(scripts)), lang="en")
     return "<!DOCTYPE html>\n" + document + "\n"
 

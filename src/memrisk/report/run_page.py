@@ -17,10 +17,10 @@ from memrisk.config import ExperimentConfig, parse_config
 from memrisk.methods import configured
 from memrisk.errors import MemriskError
 from memrisk.models.backend import load_model
-from memrisk.report import explorer, figures, metrics
+from memrisk.report import charts, explorer, figures, metrics
 from memrisk.report.explorer import Pieces
 from memrisk.report.markup import (
-    LIST_LIMIT, Html, Picture, capped, count_rate, figure_html, inline_diff_html, join, json_script, log10_text, mass_text,
+    LIST_LIMIT, Html, Picture, capped, chart_html, count_rate, figure_html, inline_diff_html, join, json_script, log10_text, mass_text,
     note, pct, picture, table, tag,
 )
 from memrisk.report.text import pa_budget, token_eval_rows
@@ -204,6 +204,20 @@ def near_verbatim_tables(run: Run) -> Html:
         table(["teacher-forced p_z ≥ τ", "CBS LB_0 ≥ τ", "recovery ratio", "missed by CBS", "found only by CBS"],
               [(rec["teacher_forced"], rec["cbs_verbatim"], ratio, capped(rec["missed"]), capped(rec["extra"]))]),
     ])
+
+
+def interactive_charts(run: Run, prefix: str, key: int) -> list[Html]:
+    """The run's interactive charts, whose points open their windows in explorer `key` (CBS Fig. 3 when the run has
+    p_z and CBS; its PNG and SVG are still written to figures/)."""
+    if not run.near_verbatim:
+        return []
+    t = run.role("target")
+    spec = charts.verdict_scatter(t.example_id, t.dataset, t.log_p, t.lower[:, -1], run.tau, run.near_label,
+                                  f"{run.label}: {run.near_label} against p_z, target windows")
+    caption = (f"{run.near_label} against p_z for the target windows extracted either way (CBS Fig. 3): hover a point for "
+               "its window, drag to pan, scroll to zoom, click a legend entry to show one kind, click a point to open it "
+               "in the window explorer below. Zeros sit on the floor a decade below the smallest value.")
+    return [chart_html(spec, f"{prefix}scatter", caption, key)]
 
 
 def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
@@ -451,7 +465,8 @@ def run_section(run: Run, prefix: str, key: int = 0) -> tuple[Html, list[Picture
     if run.near_verbatim:
         parts.append(near_verbatim_tables(run))
     pics = run_pictures(run, prefix)
-    parts += [tag("h3", "Figures"), *map(figure_html, pics), sequences_section(run)]
+    drawn = [pic for pic in pics if pic.name != f"{prefix}scatter"]
+    parts += [tag("h3", "Figures"), *interactive_charts(run, prefix, key), *map(figure_html, drawn), sequences_section(run)]
     if run.prior_aware:
         section, prior_pics = prior_aware_section(run, prefix)
         parts.append(section)
