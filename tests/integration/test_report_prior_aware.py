@@ -70,7 +70,7 @@ def test_prior_aware_section_of_a_real_run(tmp_path, word_model) -> None:
             assert [name, method, count_rate(counts[0], n), count_rate(counts[1], n) + BUDGET] in table
     dropped = sum(not (math.isfinite(r["pa_log_prior"]) and math.isfinite(r["pa_log_p"])) for r in rows)
     text = " ".join(visible_text(section).split())
-    assert f"{dropped} of {len(rows)} sequences with v̂_s = 0 or P(s|p) = 0 are not drawn" in text
+    assert f"{dropped} of {len(rows)} windows with v̂_s = 0 or P(s|p) = 0 are not drawn" in text
     assert f"m = {info['m']:g}, n = {info['n']:.4g} (calibrated" in text
     assert "PA-memorized (c = 6, 2 trials)" in " ".join(cells(section.split("lowest ratios")[1])[0])
     story = summary["datasets"]["story"]["prior_aware"]
@@ -107,7 +107,7 @@ def test_prior_aware_section_escapes_text_and_shows_infinite_ratios(tmp_path) ->
     assert SCRIPT not in page and section.count(html.escape(SCRIPT)) == 2
     text = " ".join(visible_text(section).split())
     assert "m = 0.001, n = 10 (given in the config); prefix bank corpus-len4-size8-seed0 from book; c = 4" in text
-    assert "2 of 6 sequences" in text
+    assert "2 of 6 windows" in text
     book = [row for row in cells(section) if row[:2] == ["book", "target"]]
     default = " (c = 5,000, 5 trials)"  # the config's defaults: the PA paper's c and trials
     assert book == [["book", "target", "4", "2/4 (50.00%)", "2/4 (50.00%)" + default, "100.00%" + default, "1.35" + default,
@@ -115,7 +115,7 @@ def test_prior_aware_section_escapes_text_and_shows_infinite_ratios(tmp_path) ->
     highest = cells(section.split("highest ratios")[1])
     assert highest[1][3:7] == ["-1.70", "−∞", "+∞", "yes"] and SCRIPT in highest[1][7]
     assert cells(section.split("lowest ratios")[1])[1][3:6] == ["−∞", "-3.00", "−∞"]
-    without_settings, pictures = prior_aware_section(dataclasses.replace(load_run(folder), prior={}), "")
+    without_settings, pictures = prior_aware_section(dataclasses.replace(load_run(folder), prior={}), "", 0)
     assert pictures == [] and "prior_aware.json is missing" in without_settings and "2/4 (50.00%)" in without_settings
 
 

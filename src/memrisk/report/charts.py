@@ -1,7 +1,7 @@
 """Interactive charts of the report, as Vega-Lite specs built with Altair: hover shows a point's values and window, the
 scales zoom and pan, the legend toggles series, and a click on a point opens its window in the explorer. The page
-draws them with Vega-Embed, inlined from `vl-convert` (nothing is fetched); the PNG/SVG files for papers stay
-matplotlib's (`memrisk.report.figures`).
+draws them with Vega-Embed, inlined from `vl-convert` (nothing is fetched); `render` turns the same spec into the
+PNG and SVG written to figures/ for papers.
 """
 
 from __future__ import annotations
@@ -19,6 +19,13 @@ LN10 = math.log(10.0)
 VERDICT_NAMES = {"blue": "verbatim (p_z ≥ τ)", "orange": "unlocked, 0 < p_z < τ", "red": "unlocked, p_z = 0"}
 POWER_LABEL = "datum.value == floor(datum.value) ? '10^' + datum.value : ''"
 """Axis labels of a log10 axis as powers of ten, 10^-3, at whole decades only."""
+
+
+def render(spec: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The chart as PNG (2× scale) and SVG, drawn by vl-convert without a browser."""
+    import vl_convert
+
+    return vl_convert.vegalite_to_png(spec, scale=2), vl_convert.vegalite_to_svg(spec).encode("utf-8")
 
 
 def _floor(values: np.ndarray, log_tau: float) -> float:
@@ -63,3 +70,70 @@ def verdict_scatter(example_id: np.ndarray, dataset: np.ndarray, log_p: np.ndarr
         x=alt.X("x:Q", scale=x_scale), y=alt.Y("y:Q", scale=y_scale), x2="x2:Q", y2="y2:Q", tooltip=["what:N"])
     chart = alt.layer(lines, points).properties(width=460, height=380, title=title)
     return chart.to_dict()
+
+
+METHOD_NAMES = {"greedy": "greedy (distance ≤ ε)", "cbs": "CBS (LB_ε ≥ τ)", "probabilistic": "p_z ≥ τ (verbatim)"}
+
+
+def rates_chart(panels: dict[str, dict[str, dict[str, Any]]], tau: float, title: str) -> dict[str, Any]:
+    """Extraction rate against ε, one panel per key of `panels` and one colour per series: greedy, CBS and the verbatim
+    p_z rate (flat in ε); hover shows each rate as k of n windows."""
+    rows = []
+    for panel, series in panels.items():
+        for name, rates in series.items():
+            n = rates["count"]
+            if not n:
+                continue
+            for method in ("greedy", "cbs", "probabilistic"):
+                values = rates.get(method)
+                if values is None:
+                    continue
+                for epsilon in rates["epsilons"]:
+                    rate = values if method == "probabilistic" else values[epsilon]
+                    rows.append({"panel": panel, "series": name, "method": METHOD_NAMES[method], "epsilon": epsilon,
+                                 "rate": 100.0 * rate, "windows": f"{round(rate * n)} of {n}"})
+    series = alt.selection_point(fields=["series"], bind="legend")
+    chart = alt.Chart(alt.Data(values=rows)).mark_line(point=True).encode(
+        x=alt.X("epsilon:Q", title="ε (edit distance allowed)", axis=alt.Axis(tickMinStep=1, format="d")),
+        y=alt.Y("rate:Q", title=f"extraction rate, % (τ_min = {tau:g})", scale=alt.Scale(domainMin=0)),
+        color=alt.Color("series:N", title="series"),
+        strokeDash=alt.StrokeDash("method:N", title="method", sort=list(METHOD_NAMES.values())),
+        shape=alt.Shape("method:N", title="method", sort=list(METHOD_NAMES.values())),
+        opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
+        tooltip=["series:N", "method:N", "epsilon:Q", alt.Tooltip("rate:Q", title="rate, %", format=".2f"), "windows:N"],
+    ).properties(width=320, height=260).add_params(series).interactive()
+    return chart.facet(column=alt.Column("panel:N", title=None)).properties(title=title).to_dict()
+
+
+def prior_aware_chart(example_id: np.ndarray, dataset: np.ndarray, role: np.ndarray, log_prior: np.ndarray,
+                      log_p: np.ndarray, memorized: np.ndarray, m: float, n: float, title: str) -> dict[str, Any]:
+    """PA paper's test as a chart: P(s|p) against the prior v̂_s (log10), by role, PA-memorized windows as diamonds; the
+    line P(s|p) = m and the PA boundary P(s|p) = n·v̂_s. Windows with v̂_s = 0 or P(s|p) = 0 cannot be drawn."""
+    x, y = np.asarray(log_prior, dtype=np.float64) / LN10, np.asarray(log_p, dtype=np.float64) / LN10
+    shown = np.isfinite(x) & np.isfinite(y)
+    rows = [{"id": str(i), "dataset": str(d), "role": str(r), "x": float(a), "y": float(b),
+             "kind": "PA-memorized" if bool(k) else "not PA-memorized", "ratio": f"10^{b - a:.2f}",
+             "p": f"{10 ** b:.3g}", "prior": f"{10 ** a:.3g}"}
+            for i, d, r, a, b, k in zip(example_id[shown], dataset[shown], role[shown], x[shown], y[shown], np.asarray(memorized)[shown])]
+    roles = alt.selection_point(fields=["role"], bind="legend")
+    points = alt.Chart(alt.Data(values=rows)).mark_point(filled=True, size=50).encode(
+        x=alt.X("x:Q", title="prior v̂_s (mean P(s|q) over bank prefixes q)", axis=alt.Axis(labelExpr=POWER_LABEL),
+                scale=alt.Scale(zero=False)),
+        y=alt.Y("y:Q", title="P(s|p) (full distribution)", axis=alt.Axis(labelExpr=POWER_LABEL), scale=alt.Scale(zero=False)),
+        color=alt.Color("role:N", title="role"), shape=alt.Shape("kind:N", title="test", scale=alt.Scale(
+            domain=["not PA-memorized", "PA-memorized"], range=["circle", "diamond"])),
+        opacity=alt.condition(roles, alt.value(0.8), alt.value(0.05)),
+        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "role:N", "kind:N", alt.Tooltip("p:N", title="P(s|p)"),
+                 alt.Tooltip("prior:N", title="v̂_s"), alt.Tooltip("ratio:N", title="P(s|p) / v̂_s")],
+    ).add_params(roles).interactive()
+    layers: list[Any] = [points]
+    if rows and n > 0:
+        low, high = float(x[shown].min()) - 0.5, float(x[shown].max()) + 0.5
+        shift = math.log10(n)
+        boundary = [{"x": low, "y": low + shift, "x2": high, "y2": high + shift, "what": f"PA boundary P(s|p) = {n:.3g}·v̂_s"}]
+        layers.append(alt.Chart(alt.Data(values=boundary)).mark_rule(strokeDash=[6, 3], color="black").encode(
+            x="x:Q", y="y:Q", x2="x2:Q", y2="y2:Q", tooltip=["what:N"]))
+    if rows and m > 0:
+        layers.append(alt.Chart(alt.Data(values=[{"y": math.log10(m), "what": f"P(s|p) = m = {m:g}"}])).mark_rule(
+            strokeDash=[2, 3], color="grey").encode(y="y:Q", tooltip=["what:N"]))
+    return alt.layer(*layers).properties(width=460, height=380, title=title).to_dict()

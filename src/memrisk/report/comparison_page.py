@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memrisk import rules
-from memrisk.report import figures, metrics
-from memrisk.report.markup import Html, Picture, figure_html, join, note, pct, picture, table, tag
+from memrisk.report import charts, figures, metrics
+from memrisk.report.markup import Html, Picture, chart, figure_html, join, note, pct, picture, table, tag
 from memrisk.report.run_page import Run, extracted_mask
 
 
@@ -15,7 +15,9 @@ def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
     """A summary row per run, rates against ε per run (targets, controls) and mass-gain CCDF per run."""
     tau = runs[0].tau
     panels = {f"{role}s": {r.label: metrics.extraction_rates(r.role(role), tau) for r in runs} for role in metrics.ROLES}
-    pics = [picture("compare-rates", f"Extraction rate against ε per run (τ_min = {tau:g}).", figures.rates_figure(panels, tau))]
+    rates_html, rates_pic = chart(charts.rates_chart(panels, tau, "extraction rate against ε per run"), "compare-rates",
+                                  f"Extraction rate against ε per run (τ_min = {tau:g}); hover a point for k of n windows.")
+    pics = [rates_pic]
     curves = {r.label: metrics.ccdf_curve(rules.mass_gain(r.role("target").lower)) for r in runs if r.near_verbatim}
     if curves:
         pics.append(picture("compare-ccdf", "CCDF of the near-verbatim mass gain per run (share of all target sequences).",
@@ -29,5 +31,5 @@ def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
     if len({r.tau for r in runs}) > 1:
         parts.append(note(f"The runs use different τ_min; this section applies the first run's τ_min = {tau:g} to all."))
     parts += [table(["run", "target sequences", "greedy verbatim", "p_z ≥ τ", "CBS LB_E ≥ τ", "control hits"], rows),
-              *map(figure_html, pics)]
+              rates_html, *map(figure_html, pics[1:])]
     return join(parts), pics

@@ -22,11 +22,10 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from memrisk.report.books import RecallBar, Strip
 from memrisk import rules
-from memrisk.report.metrics import CCDF_POINTS, ROLES, BookHeatmap, finite_points, max_pool
+from memrisk.report.metrics import CCDF_POINTS, BookHeatmap, max_pool
 
 COLOURS = {"blue": "#1f77b4", "orange": "#ff7f0e", "red": "#d62728"}
 SERIES = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
-METHOD_STYLE = {"greedy": ("o", "-"), "cbs": ("s", "-"), "probabilistic": ("", "--")}
 RASTERIZE_ABOVE = 2000
 HEATMAP_BINS = 2000
 
@@ -67,13 +66,6 @@ def _power_ticks(ax: Axes, axis: str) -> None:
     target.set_major_formatter(FuncFormatter(lambda v, _: f"$10^{{{int(round(v))}}}$"))
 
 
-def scatter_figure(log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: str) -> Figure:
-    """LB_E against p_z on log–log axes for the extracted sequences, coloured as CBS Fig. 3 (§F.1.2)."""
-    fig = new_figure(6.0, 5.0)
-    scatter_panel(fig.add_subplot(), log_p, lower_top, tau, label)
-    return fig
-
-
 def scatter_panel(ax: Axes, log_p: np.ndarray, lower_top: np.ndarray, tau: float, label: str, legend_size: float = 8) -> None:
     """One CBS Fig. 3 scatter on `ax`: verbatim blue, near-verbatim only orange (0 < p_z < τ) or red (p_z = 0).
 
@@ -111,46 +103,6 @@ def scatter_panel(ax: Axes, log_p: np.ndarray, lower_top: np.ndarray, tau: float
     ax.set_xlabel("verbatim p_z (teacher forcing)")
     ax.set_ylabel(f"near-verbatim lower bound {plain(label)}")
     ax.legend(loc="lower right", fontsize=legend_size)
-
-
-def prior_aware_figure(log_prior: np.ndarray, log_p: np.ndarray, role: np.ndarray, memorized: np.ndarray, m: float, n: float) -> Figure:
-    """log10 P(s|p) against the prior log10 v̂_s (natural logs in), one colour per role, PA-memorized as stars.
-
-    Points with a non-finite coordinate are left out; lines at log10 m and on the PA boundary y = x + log10 n.
-    """
-    fig = new_figure(6.0, 5.0)
-    ax = fig.add_subplot()
-    shown = finite_points(log_prior, log_p)
-    if not shown.any():
-        no_data(ax, "no sequence has a finite prior and P(s|p)")
-        return fig
-    x = np.asarray(log_prior, dtype=np.float64)[shown] / np.log(10.0)
-    y = np.asarray(log_p, dtype=np.float64)[shown] / np.log(10.0)
-    role, memorized = np.asarray(role)[shown], np.asarray(memorized, dtype=bool)[shown]
-    many = shown.sum() > RASTERIZE_ABOVE
-    for colour, name in zip(SERIES, ROLES):
-        for mask, label, style in (
-            ((role == name) & ~memorized, name, {"s": 14, "marker": "o", "facecolors": "none", "edgecolors": colour}),
-            ((role == name) & memorized, f"{name}, PA-memorized",
-             {"s": 70, "marker": "*", "color": colour, "edgecolors": "black", "linewidths": 0.4}),
-        ):
-            if mask.any():
-                ax.scatter(x[mask], y[mask], label=f"{label} ({mask.sum()})", rasterized=many, **style)
-    low_y, high_y = y.min(), y.max()
-    if m > 0:
-        log_m = np.log10(m)
-        low_y, high_y = min(low_y, log_m), max(high_y, log_m)
-        ax.axhline(log_m, ls=":", color="grey", lw=1.0, label=f"P(s|p) = m = {m:g}")
-    if n > 0:
-        ax.axline((0.0, np.log10(n)), slope=1.0, ls="--", color="black", lw=0.8, label=f"P(s|p) / prior = n = {n:.3g}")
-    ax.set_xlim(x.min() - 0.5, x.max() + 0.5)
-    ax.set_ylim(low_y - 0.5, high_y + 0.5)
-    _power_ticks(ax, "x")
-    _power_ticks(ax, "y")
-    ax.set_xlabel(r"prior $\hat{v}_s$ (mean P(s|q) over bank prefixes q)")
-    ax.set_ylabel("P(s|p) (full distribution)")
-    ax.legend(loc="lower right", fontsize=8)
-    return fig
 
 
 def ccdf_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], label: str) -> Figure:
@@ -216,38 +168,6 @@ def shell_violin_figure(shares: np.ndarray, medians: Sequence[float | None]) -> 
     ax.set_xticks(range(shares.shape[1]))
     ax.set_xlabel("ε-shell (0 = verbatim share LB_0 / LB_E)")
     ax.set_ylabel("share of LB_E")
-    return fig
-
-
-def _rate_series(ax: Axes, rates: Mapping[str, Any], name: str, colour: str) -> bool:
-    """Draw one series' greedy, CBS and probabilistic rates against ε; False when it has no sequences."""
-    if not rates["count"]:
-        return False
-    eps = rates["epsilons"]
-    for method in ("greedy", "cbs"):
-        if method in rates:
-            marker, style = METHOD_STYLE[method]
-            values = [100.0 * v for v in rates[method]]
-            ax.plot(eps, values, marker=marker, ls=style, color=colour, label=f"{plain(name)}: {method}")
-    if rates.get("probabilistic") is not None:
-        ax.axhline(100.0 * rates["probabilistic"], ls="--", color=colour, lw=1.0, label=f"{plain(name)}: p_z ≥ τ (verbatim)")
-    return True
-
-
-def rates_figure(panels: Mapping[str, Mapping[str, Mapping[str, Any]]], tau: float) -> Figure:
-    """Extraction rate against ε: one panel per key, one colour per series (greedy, CBS, probabilistic)."""
-    fig = new_figure(6.4 * len(panels), 4.4)
-    for ax, (title, series) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
-        drawn = [_rate_series(ax, rates, name, colour) for colour, (name, rates) in zip(cycle(SERIES), series.items())]
-        if not any(drawn):
-            no_data(ax, "no sequences")
-            continue
-        ax.set_title(plain(title))
-        ax.set_xlabel("ε (edit distance allowed)")
-        ax.set_ylabel(f"extraction rate, % (τ_min = {tau:g})")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(bottom=0.0)
-        ax.legend(fontsize=7)
     return fig
 
 

@@ -60,7 +60,7 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
         store.write_bytes(layout.figure_file(pic.name, "png"), pic.png)
         store.write_bytes(layout.figure_file(pic.name, "svg"), pic.svg)
     explorer = any(r.arrays.count for r in record_runs)
-    drawn = any(r.arrays.count and r.near_verbatim for r in record_runs)
+    drawn = explorer
     title = "memrisk report: " + ", ".join(f"{r.store.root.resolve().name} ({r.label})" for r in runs)
     return store.write_text(layout.REPORT, page(title, join(sections), explorer, charts=drawn))
 

@@ -19,7 +19,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from memrisk import layout, rules
-from memrisk.report import figures
+from memrisk.report import charts, figures
 
 LIST_LIMIT = 50
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline' 'unsafe-eval'"
@@ -197,3 +197,9 @@ def figure_html(pic: Picture) -> Html:
     src = "data:image/png;base64," + base64.b64encode(pic.png).decode("ascii")
     img = Html(f'<img src="{src}" alt="{html.escape(pic.caption, quote=True)}">')
     return tag("figure", img, tag("figcaption", pic.caption, " ", tag("a", "SVG", href=layout.figure_file(pic.name, "svg"))))
+
+
+def chart(spec: dict[str, Any], name: str, caption: str, explorer: int | None = None) -> tuple[Html, Picture]:
+    """An interactive chart for the page and its PNG and SVG for figures/, from one Vega-Lite spec."""
+    png, svg = charts.render(spec)
+    return chart_html(spec, name, caption, explorer), Picture(name, caption, png, svg)

@@ -20,7 +20,7 @@ from memrisk.models.backend import load_model
 from memrisk.report import charts, explorer, figures, metrics
 from memrisk.report.explorer import Pieces
 from memrisk.report.markup import (
-    LIST_LIMIT, Html, Picture, capped, chart_html, count_rate, figure_html, inline_diff_html, join, json_script, log10_text, mass_text,
+    LIST_LIMIT, Html, Picture, capped, chart, count_rate, figure_html, inline_diff_html, join, json_script, log10_text, mass_text,
     note, pct, picture, table, tag,
 )
 from memrisk.report.text import pa_budget, token_eval_rows
@@ -206,18 +206,28 @@ def near_verbatim_tables(run: Run) -> Html:
     ])
 
 
-def interactive_charts(run: Run, prefix: str, key: int) -> list[Html]:
-    """The run's interactive charts, whose points open their windows in explorer `key` (CBS Fig. 3 when the run has
-    p_z and CBS; its PNG and SVG are still written to figures/)."""
-    if not run.near_verbatim:
-        return []
-    t = run.role("target")
-    spec = charts.verdict_scatter(t.example_id, t.dataset, t.log_p, t.lower[:, -1], run.tau, run.near_label,
-                                  f"{run.label}: {run.near_label} against p_z, target windows")
-    caption = (f"{run.near_label} against p_z for the target windows extracted either way (CBS Fig. 3): hover a point for "
-               "its window, drag to pan, scroll to zoom, click a legend entry to show one kind, click a point to open it "
-               "in the window explorer below. Zeros sit on the floor a decade below the smallest value.")
-    return [chart_html(spec, f"{prefix}scatter", caption, key)]
+def interactive_charts(run: Run, prefix: str, key: int) -> tuple[list[Html], list[Picture]]:
+    """The run's interactive charts and their static files: CBS Fig. 3 (whose points open their windows in explorer
+    `key`) when the run has p_z and CBS, and the extraction rates against ε."""
+    a, tau, parts, pics = run.arrays, run.tau, [], []
+    if run.near_verbatim:
+        t = run.role("target")
+        spec = charts.verdict_scatter(t.example_id, t.dataset, t.log_p, t.lower[:, -1], tau, run.near_label,
+                                      f"{run.label}: {run.near_label} against p_z, target windows")
+        caption = (f"{run.near_label} against p_z for the target windows extracted either way (CBS Fig. 3): hover a point for "
+                   "its window, drag to pan, scroll to zoom, click a legend entry to show one kind, click a point to open it "
+                   "in the window explorer below. Zeros sit on the floor a decade below the smallest value.")
+        html, pic = chart(spec, f"{prefix}scatter", caption, key)
+        parts.append(html)
+        pics.append(pic)
+    roles = {role: run.role(role) for role in metrics.ROLES if (a.role == role).any()}
+    panels = {"by role": {role: metrics.extraction_rates(part, tau) for role, part in roles.items()}}
+    if 2 < len(run.config.scored_datasets()) <= len(figures.SERIES):
+        panels["by dataset"] = {d.name: metrics.extraction_rates(a.subset(a.dataset == d.name), tau) for d in run.config.scored_datasets()}
+    html, pic = chart(charts.rates_chart(panels, tau, f"{run.label}: extraction rate against ε"), f"{prefix}rates",
+                      "Extraction rate against ε: greedy (distance ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim p_z ≥ τ_min (flat in "
+                      "ε). Hover a point for its rate as k of n windows; click a legend entry to show one series.")
+    return [*parts, html], [*pics, pic]
 
 
 def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
@@ -226,8 +236,6 @@ def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
     shares = rules.shell_shares(t.lower, tau)
     gain = metrics.ccdf_curve(rules.mass_gain(t.lower))
     return [
-        picture(f"{prefix}scatter", f"{label} against p_z for target sequences extracted either way (log–log; y = x dashed, "
-                "τ_min dotted; zero drawn on the grey floor line).", figures.scatter_figure(t.log_p, t.lower[:, -1], tau, label)),
         picture(f"{prefix}ccdf", f"CCDF of the mass gain {label} − LB_0 over all {t.count} target sequences.",
                 figures.ccdf_figure({run.label: gain}, label)),
         picture(f"{prefix}shell-heatmap", "Per extracted target sequence, the share of its lower bound in each ε-shell, "
@@ -242,11 +250,6 @@ def run_pictures(run: Run, prefix: str) -> list[Picture]:
     a, c, tau = run.arrays, run.config, run.tau
     roles = {role: run.role(role) for role in metrics.ROLES if (a.role == role).any()}
     pics = near_verbatim_pictures(run, prefix) if run.near_verbatim else []
-    panels = {"by role": {role: metrics.extraction_rates(part, tau) for role, part in roles.items()}}
-    if 2 < len(c.scored_datasets()) <= len(figures.SERIES):
-        panels["by dataset"] = {d.name: metrics.extraction_rates(a.subset(a.dataset == d.name), tau) for d in c.scored_datasets()}
-    pics.append(picture(f"{prefix}rates", "Extraction rate against ε: greedy (dist ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim "
-                        "p_z ≥ τ_min (dashed).", figures.rates_figure(panels, tau)))
     if a.log_p is not None:
         curves = {role: metrics.np_curves(part.log_p, part.greedy_exact) for role, part in roles.items()}
         pics.append(picture(f"{prefix}np-curves", f"(n,p)-extraction rates from p_z ({c.cbs_policy().label}); greedy "
@@ -402,19 +405,21 @@ def extremes_table(entries: Sequence[dict[str, Any]], budget: str) -> Html:
     return table(header, rows)
 
 
-def prior_aware_section(run: Run, prefix: str) -> tuple[Html, list[Picture]]:
+def prior_aware_section(run: Run, prefix: str, key: int) -> tuple[Html, list[Picture]]:
     """Settings, per-dataset PA counts and filtered rates, the prior scatter, and the lowest and highest ratios."""
     a, budget = run.arrays, run_budget(run)
     parts: list[object] = [tag("h3", "Prior-aware memorization"), prior_aware_settings(run), prior_aware_tables(run)]
     pics: list[Picture] = []
     if run.prior:
         dropped = a.count - int(metrics.finite_points(a.pa_log_prior, a.pa_log_p).sum())
-        caption = (f"P(s|p) against the prior v̂_s{budget} (log–log), targets and controls; PA-memorized sequences are stars. "
-                   f"Dotted: P(s|p) = m; dashed: the PA boundary P(s|p) = n·v̂_s. {dropped} of {a.count} sequences with "
-                   "v̂_s = 0 or P(s|p) = 0 are not drawn.")
-        pics.append(picture(f"{prefix}prior-aware", caption, figures.prior_aware_figure(
-            a.pa_log_prior, a.pa_log_p, a.role, a.pa_memorized, run.prior["m"], run.prior["n"])))
-        parts += map(figure_html, pics)
+        caption = (f"P(s|p) against the prior v̂_s{budget} (log–log), targets and controls; PA-memorized windows are diamonds. "
+                   f"Dotted: P(s|p) = m; dashed: the PA boundary P(s|p) = n·v̂_s. {dropped} of {a.count} windows with "
+                   "v̂_s = 0 or P(s|p) = 0 are not drawn. Hover a point for its window, click it to open it in the explorer.")
+        spec = charts.prior_aware_chart(a.example_id, a.dataset, a.role, a.pa_log_prior, a.pa_log_p, a.pa_memorized,
+                                        run.prior["m"], run.prior["n"], f"{run.label}: P(s|p) against the prior v̂_s")
+        html, pic = chart(spec, f"{prefix}prior-aware", caption, key)
+        parts.append(html)
+        pics.append(pic)
     ends = metrics.prior_aware_ends(run.table, TOP_ROWS)
     parts += [tag("h4", f"{TOP_ROWS} lowest ratios P(s|p) / v̂_s"), extremes_table(ends["lowest"], budget),
               tag("h4", f"{TOP_ROWS} highest ratios P(s|p) / v̂_s"), extremes_table(ends["highest"], budget)]
@@ -464,11 +469,12 @@ def run_section(run: Run, prefix: str, key: int = 0) -> tuple[Html, list[Picture
         parts.append(cost_table(costs))
     if run.near_verbatim:
         parts.append(near_verbatim_tables(run))
-    pics = run_pictures(run, prefix)
-    drawn = [pic for pic in pics if pic.name != f"{prefix}scatter"]
-    parts += [tag("h3", "Figures"), *interactive_charts(run, prefix, key), *map(figure_html, drawn), sequences_section(run)]
+    interactive, pics = interactive_charts(run, prefix, key)
+    static = run_pictures(run, prefix)
+    pics += static
+    parts += [tag("h3", "Figures"), *interactive, *map(figure_html, static), sequences_section(run)]
     if run.prior_aware:
-        section, prior_pics = prior_aware_section(run, prefix)
+        section, prior_pics = prior_aware_section(run, prefix, key)
         parts.append(section)
         pics += prior_pics
     parts.append(explorer_section(run, key))
