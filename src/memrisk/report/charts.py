@@ -98,7 +98,6 @@ def rates_chart(panels: dict[str, dict[str, dict[str, Any]]], tau: float, title:
         y=alt.Y("rate:Q", title=f"extraction rate, % (τ_min = {tau:g})", scale=alt.Scale(domainMin=0)),
         color=alt.Color("series:N", title="series"),
         strokeDash=alt.StrokeDash("method:N", title="method", sort=list(METHOD_NAMES.values())),
-        shape=alt.Shape("method:N", title="method", sort=list(METHOD_NAMES.values())),
         opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
         tooltip=["series:N", "method:N", "epsilon:Q", alt.Tooltip("rate:Q", title="rate, %", format=".2f"), "windows:N"],
     ).properties(width=320, height=260).add_params(series).interactive()
