@@ -105,7 +105,7 @@ def _report(args: argparse.Namespace) -> None:
                 continue
             summary = rebuild_summary(folder)
             print(books_text_table(summary) if summary.get("kind") == "books" else summary_table(summary))
-        path = write_report(folders, Path(args.out) if args.out else None)
+        path = write_report(folders, Path(args.out) if args.out else None, [f.strip() for f in args.format.split(",") if f.strip()])
     print(f"\nreport written to {path} (figures in {path.parent / 'figures'}/)")
 
 
@@ -216,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("dirs", nargs="+", help="run or books-run folders; the report goes into the first one")
     report.add_argument("--out", help="write report.html and figures/ into this folder instead")
+    report.add_argument("--format", default="png,svg", help="static figure files for papers: png, svg or png,svg (default)")
     report.set_defaults(handler=_report)
 
     books = sub.add_parser("books", help="book extraction from chat APIs (two-phase procedure) and nv-recall")

@@ -327,6 +327,16 @@ def test_out_folder(tmp_path) -> None:
     assert not (run / "report.html").exists()
 
 
+def test_format_picks_the_static_files_and_an_unknown_one_is_refused_before_writing(tmp_path, capsys) -> None:
+    run = make_run(tmp_path / "run")
+    assert cli.main(["report", str(run), "--format", "png"]) == 0
+    assert {p.suffix for p in (run / "figures").iterdir()} == {".png"} and (run / "figures" / "scatter.png").is_file()
+    fresh = make_run(tmp_path / "fresh")
+    assert cli.main(["report", str(fresh), "--format", "png,pdf"]) == 2
+    assert "figure formats are png and svg; got pdf" in capsys.readouterr().err
+    assert not (fresh / "report.html").exists() and not (fresh / "figures").exists()
+
+
 def test_cli_report_rebuilds_summaries_and_compares_runs_of_one_model(tmp_path, capsys) -> None:
     first, second = make_run(tmp_path / "a"), make_run(tmp_path / "b")
     assert cli.main(["report", str(first), str(second)]) == 0

@@ -11,7 +11,7 @@ from memrisk import layout
 from memrisk.errors import MemriskError
 from memrisk.report.books_page import Books, books_section, load_books
 from memrisk.report.comparison_page import comparison_section
-from memrisk.report.markup import join, page
+from memrisk.report.markup import Picture, join, page
 from memrisk.report.run_page import Run, load_run, run_section
 from memrisk.report.study_page import csv_text, study_section
 from memrisk.store import RecordStore
@@ -30,7 +30,25 @@ def labelled(runs: Sequence[Folder]) -> list[Folder]:
     return [dataclasses.replace(r, label=f"{r.label} [{r.store.root.name}]") if names.count(r.label) > 1 else r for r in runs]
 
 
-def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
+STATIC_FORMATS = ("png", "svg")
+"""The static figure files written next to the page, for papers and slides."""
+
+
+def check_formats(formats: Sequence[str]) -> None:
+    """One clear error for a figure format other than png and svg, before anything is written."""
+    unknown = set(formats) - set(STATIC_FORMATS)
+    if unknown or not formats:
+        raise MemriskError(f"figure formats are {' and '.join(STATIC_FORMATS)}; got {', '.join(sorted(unknown)) or 'none'}")
+
+
+def write_pictures(store: RecordStore, pics: Sequence[Picture], formats: Sequence[str]) -> None:
+    """Each figure's static files in `formats` (png, svg) under figures/."""
+    for pic in pics:
+        for kind in formats:
+            store.write_bytes(layout.figure_file(pic.name, kind), pic.png if kind == "png" else pic.svg)
+
+
+def write_report(run_dirs: list[Path], out: Path | None = None, formats: Sequence[str] = STATIC_FORMATS) -> Path:
     """Write `report.html` and `figures/` for one run, or a comparison of several; return the page's path.
 
     Books-run folders get their own section, in the order given; runs with records are compared
@@ -39,10 +57,11 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
     """
     if not run_dirs:
         raise MemriskError("write_report needs at least one run folder")
+    check_formats(formats)
     if any(layout.is_study(Path(d)) for d in run_dirs):
         if len(run_dirs) > 1:
             raise MemriskError("a study is reported on its own: `memrisk report STUDY_FOLDER`")
-        return write_study_report(Path(run_dirs[0]), out)
+        return write_study_report(Path(run_dirs[0]), out, formats)
     runs = labelled([load_folder(Path(d)) for d in run_dirs])
     store = runs[0].store if out is None else RecordStore(Path(out), {})
     record_runs = [r for r in runs if isinstance(r, Run)]
@@ -56,23 +75,19 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
         section, run_pics = books_section(run, prefix, store.root) if isinstance(run, Books) else run_section(run, prefix, i)
         sections.append(section)
         pics += run_pics
-    for pic in pics:
-        store.write_bytes(layout.figure_file(pic.name, "png"), pic.png)
-        store.write_bytes(layout.figure_file(pic.name, "svg"), pic.svg)
+    write_pictures(store, pics, formats)
     explorer = any(r.arrays.count for r in record_runs)
     drawn = explorer
     title = "memrisk report: " + ", ".join(f"{r.store.root.resolve().name} ({r.label})" for r in runs)
     return store.write_text(layout.REPORT, page(title, join(sections), explorer, charts=drawn))
 
 
-def write_study_report(folder: Path, out: Path | None = None) -> Path:
+def write_study_report(folder: Path, out: Path | None = None, formats: Sequence[str] = STATIC_FORMATS) -> Path:
     """Write the study page, its figures and study.csv into the study folder (or `out`); return the page's path."""
     store = RecordStore.existing(folder) if out is None else RecordStore(Path(out), {})
     body, pics, table_csv, reproduced = study_section(folder)
     for item in reproduced:
         store.write_text(layout.figure_file(item.figure.slug, "csv"), csv_text(list(dict.fromkeys(k for r in item.rows for k in r)), item.rows))
-    for pic in pics + [item.picture for item in reproduced if item.picture is not None]:
-        store.write_bytes(layout.figure_file(pic.name, "png"), pic.png)
-        store.write_bytes(layout.figure_file(pic.name, "svg"), pic.svg)
+    write_pictures(store, pics + [item.picture for item in reproduced if item.picture is not None], formats)
     store.write_text(layout.STUDY_TABLE, table_csv)
     return store.write_text(layout.REPORT, page(f"memrisk study: {Path(folder).name}", body))
