@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memrisk import cli
+from memrisk.report.markup import count_rate
 
 
 @pytest.mark.slow
@@ -31,6 +36,33 @@ def test_demo_extraction_rises_with_duplication_and_spares_held_out_text(tmp_pat
     assert control["probabilistic"]["topk40"]["extractable"] == 0
     assert control["greedy"]["exact"] == 0
     assert control["probabilistic"]["full"]["max_log10_p"] < -3
+    check_report_against_summary(out, summary)
     # a second run reuses the cached model and the stored records
     assert cli.main(["demo", "--out", str(out)]) == 0
     assert json.loads((out / "summary.json").read_text())["datasets"] == datasets
+
+
+def rates_rows(page: str) -> dict[str, list[str]]:
+    """The report's extraction-rates table, one list of cell texts per dataset row."""
+    section = page.split("<h3>Extraction rates")[1].split("</table>")[0]
+    rows = [[html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", section)]
+    return {row[0]: row for row in rows if row}
+
+
+def check_report_against_summary(out: Path, summary: dict[str, Any]) -> None:
+    """Every count of the report's rates table and the explorer's rows equal summary.json's."""
+    page = (out / "report.html").read_text(encoding="utf-8")
+    rows = rates_rows(page)
+    for name, entry in summary["datasets"].items():
+        n = entry["examples"]
+        greedy, cbs = entry["greedy"], entry["cbs"]["verdicts"]
+        near_top = round(entry["cbs"]["rate"]["levenshtein"]["5"] * n)
+        expected = [name, entry["role"], str(n), count_rate(greedy["exact"], n),
+                    count_rate(round(greedy["near_verbatim_rate"]["levenshtein"]["5"] * n), n),
+                    *(count_rate(entry["probabilistic"][policy]["extractable"], n) for policy in ("topk40", "full")),
+                    count_rate(round(entry["cbs"]["rate"]["levenshtein"]["0"] * n), n), count_rate(near_top, n),
+                    str(cbs["near_verbatim_p_z_zero"]), str(cbs["near_verbatim_p_z_positive"])]
+        assert rows[name][: len(expected)] == expected, (name, rows[name], expected)
+    data = json.loads(re.search(r'class="memrisk-explorer-data" data-key="0">(.*?)</script>', page, re.S).group(1))
+    assert len(data["rows"]) == sum(entry["examples"] for entry in summary["datasets"].values())
