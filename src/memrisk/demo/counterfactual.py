@@ -17,8 +17,6 @@ import hashlib
 import json
 import random
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ from transformers import PreTrainedTokenizerFast
 
 from memrisk.config import ExperimentConfig, read_yaml_mapping, validated
 from memrisk.demo.prose import source_documents
-from memrisk.demo.train import TrainingConfig, cache_root, skeleton_model, train_model, train_tokenizer
+from memrisk.demo.train import TrainingConfig, cache_root, save_atomically, skeleton_model, train_model, train_tokenizer
 from memrisk.errors import MemriskError
 from memrisk.models.backend import LanguageModel
 from memrisk.runner import load_run_model
@@ -122,7 +120,7 @@ class CounterfactualCorpus:
         folder = self.folder / "tokenizer"
         if not folder.is_dir():
             targets, base = self.texts
-            _save_atomically(folder, train_tokenizer(base + targets, MODEL.vocab_size).save_pretrained)
+            save_atomically(folder, train_tokenizer(base + targets, MODEL.vocab_size).save_pretrained)
         return PreTrainedTokenizerFast.from_pretrained(folder)
 
     def data_files(self) -> tuple[Path, Path]:
@@ -150,7 +148,7 @@ class CounterfactualCorpus:
             train_model(documents, self.tokenizer, self.training, seed=seed, progress=progress).save_pretrained(staging)
             self.tokenizer.save_pretrained(staging)
 
-        _save_atomically(folder, save)
+        save_atomically(folder, save)
         return folder
 
     def cells(self) -> list[dict[str, Any]]:
@@ -192,21 +190,6 @@ def _near_duplicate(text: str, vocabulary: list[str], overlap: float, rng: rando
     words = text.split()
     keep = set(rng.sample(range(len(words)), max(1, round(overlap * len(words)))))
     return " ".join(w if i in keep else rng.choice(vocabulary) for i, w in enumerate(words))
-
-
-def _save_atomically(folder: Path, save: Any) -> None:
-    """`save(staging)` into a fresh folder beside `folder`, then renamed to it (another process may win the race)."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        save(staging)
-        staging.chmod(0o755)
-        staging.rename(folder)
-    except OSError:
-        if not folder.is_dir():
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,21 +82,25 @@ def train_demo_model(
 ) -> Path:
     """Train the demo model and tokenizer, returning the cached save_pretrained directory."""
     target = cached_model_dir(corpus, seed, config, cache_dir)
-    if target.is_dir():
-        return target
-    root = target.parent
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+    if not target.is_dir():
+        save_atomically(target, lambda staging: _train_into(staging, corpus, seed, progress, config))
+    return target
+
+
+def save_atomically(folder: Path, save: Callable[[Path], None]) -> None:
+    """`save(staging)` into a fresh folder beside `folder`, then renamed to it: a killed training leaves no half-written
+    model, and when another process wins the race its folder is kept."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     staging.chmod(0o755)
     try:
-        _train_into(staging, corpus, seed, progress, config)
-        staging.rename(target)
+        save(staging)
+        staging.rename(folder)
     except OSError:
-        if not target.is_dir():
+        if not folder.is_dir():
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def cached_model_dir(corpus: DemoCorpus, seed: int, config: TrainingConfig, cache_dir: Path | None = None) -> Path:
