@@ -14,6 +14,7 @@ import numpy as np
 
 from memrisk import rules
 from memrisk.report.figures import COLOURS
+from memrisk.report.metrics import CCDF_POINTS
 
 LN10 = math.log(10.0)
 VERDICT_NAMES = {"blue": "verbatim (p_z ≥ τ)", "orange": "unlocked, 0 < p_z < τ", "red": "unlocked, p_z = 0"}
@@ -136,3 +137,50 @@ def prior_aware_chart(example_id: np.ndarray, dataset: np.ndarray, role: np.ndar
         layers.append(alt.Chart(alt.Data(values=[{"y": math.log10(m), "what": f"P(s|p) = m = {m:g}"}])).mark_rule(
             strokeDash=[2, 3], color="grey").encode(y="y:Q", tooltip=["what:N"]))
     return alt.layer(*layers).properties(width=460, height=380, title=title).to_dict()
+
+
+def np_curves_chart(panels: dict[str, dict[str, Any]], policy: str, title: str) -> dict[str, Any]:
+    """(n,p)-extraction rate against n (log) for each p ((n,p) paper Figs. 3, 14–17), one panel per key, with the greedy
+    verbatim rate (dashed) and the largest rate any n reaches, the share with p_z > 0 (dotted)."""
+    rows = []
+    for panel, curves in panels.items():
+        if not curves["count"]:
+            continue
+        name = f"{panel} ({curves['count']} windows, {policy})"
+        for p in curves["p_grid"]:
+            rows += [{"panel": name, "series": f"p = {p:g}", "n": n, "rate": 100.0 * r}
+                     for n, r in zip(curves["n_grid"], curves["rates"][f"{p:g}"])]
+        references = {"greedy (verbatim)": curves["greedy"], "max rate (p_z > 0)": curves["max_rate"]}
+        rows += [{"panel": name, "series": series, "n": n, "rate": 100.0 * value}
+                 for series, value in references.items() if value is not None for n in (curves["n_grid"][0], curves["n_grid"][-1])]
+    series = alt.selection_point(fields=["series"], bind="legend")
+    dashed = alt.condition("indexof(datum.series, 'p =') == 0", alt.value([1, 0]), alt.value([5, 3]))
+    chart = alt.Chart(alt.Data(values=rows)).mark_line().encode(
+        x=alt.X("n:Q", scale=alt.Scale(type="log"), title="n (number of generations)", axis=alt.Axis(format="~s")),
+        y=alt.Y("rate:Q", title="(n,p)-extraction rate, %", scale=alt.Scale(domain=[0, 100])),
+        color=alt.Color("series:N", title="series"), strokeDash=dashed,
+        opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
+        tooltip=["series:N", alt.Tooltip("n:Q", format=",.0f"), alt.Tooltip("rate:Q", title="rate, %", format=".2f")],
+    ).properties(width=320, height=260).add_params(series).interactive()
+    return chart.facet(column=alt.Column("panel:N", title=None)).properties(title=title).to_dict()
+
+
+def ccdf_chart(curves: dict[str, tuple[np.ndarray, np.ndarray]], label: str, title: str) -> dict[str, Any]:
+    """CCDF of the per-window mass gain Δ = LB_E − LB_0 (log–log, a step per distinct gain), one line per series; the
+    y value is the share of all windows (the denominator) with gain ≥ Δ. Dotted rules at the CCDF points."""
+    drawn = {name: xy for name, xy in curves.items() if xy[0].size}
+    left = min((float(x[0]) for x, _ in drawn.values()), default=1e-3) / 3.0
+    rows = []
+    for name, (x, y) in drawn.items():
+        rows += [{"series": name, "gain": left, "share": 100.0 * float(y[0])}]
+        rows += [{"series": name, "gain": float(a), "share": 100.0 * float(b)} for a, b in zip(x, y)]
+    series = alt.selection_point(fields=["series"], bind="legend")
+    lines = alt.Chart(alt.Data(values=rows)).mark_line(interpolate="step-before").encode(
+        x=alt.X("gain:Q", scale=alt.Scale(type="log"), title=f"mass gain Δ = {label} − LB_0", axis=alt.Axis(format="~e")),
+        y=alt.Y("share:Q", scale=alt.Scale(type="log"), title="% of all windows with gain ≥ Δ", axis=alt.Axis(format="~g")),
+        color=alt.Color("series:N", title="series"), opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
+        tooltip=["series:N", alt.Tooltip("gain:Q", title="Δ", format=".3g"), alt.Tooltip("share:Q", title="% with gain ≥ Δ", format=".2f")],
+    ).add_params(series).interactive()
+    rules = alt.Chart(alt.Data(values=[{"gain": point} for point in CCDF_POINTS])).mark_rule(strokeDash=[2, 3], color="grey").encode(
+        x="gain:Q")
+    return alt.layer(rules, lines).properties(width=460, height=320, title=title).to_dict()

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memrisk import rules
-from memrisk.report import charts, figures, metrics
-from memrisk.report.markup import Html, Picture, chart, figure_html, join, note, pct, picture, table, tag
+from memrisk.report import charts, metrics
+from memrisk.report.markup import Html, Picture, chart, join, note, pct, table, tag
 from memrisk.report.run_page import Run, extracted_mask
 
 
@@ -18,10 +18,13 @@ def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
     rates_html, rates_pic = chart(charts.rates_chart(panels, tau, "extraction rate against ε per run"), "compare-rates",
                                   f"Extraction rate against ε per run (τ_min = {tau:g}); hover a point for k of n windows.")
     pics = [rates_pic]
+    drawn = [rates_html]
     curves = {r.label: metrics.ccdf_curve(rules.mass_gain(r.role("target").lower)) for r in runs if r.near_verbatim}
     if curves:
-        pics.append(picture("compare-ccdf", "CCDF of the near-verbatim mass gain per run (share of all target sequences).",
-                            figures.ccdf_figure(curves, "LB_E")))
+        ccdf_html, ccdf_pic = chart(charts.ccdf_chart(curves, "LB_E", "near-verbatim mass gain per run"), "compare-ccdf",
+                                    "CCDF of the near-verbatim mass gain per run (share of all target windows).")
+        drawn.append(ccdf_html)
+        pics.append(ccdf_pic)
     rows = []
     for r in runs:
         rates, control = metrics.extraction_rates(r.role("target"), tau), r.role("control")
@@ -31,5 +34,5 @@ def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
     if len({r.tau for r in runs}) > 1:
         parts.append(note(f"The runs use different τ_min; this section applies the first run's τ_min = {tau:g} to all."))
     parts += [table(["run", "target sequences", "greedy verbatim", "p_z ≥ τ", "CBS LB_E ≥ τ", "control hits"], rows),
-              rates_html, *map(figure_html, pics[1:])]
+              *drawn]
     return join(parts), pics

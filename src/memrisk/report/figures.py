@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from itertools import cycle
 from typing import Any
 
 import matplotlib
@@ -22,7 +21,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from memrisk.report.books import RecallBar, Strip
 from memrisk import rules
-from memrisk.report.metrics import CCDF_POINTS, BookHeatmap, max_pool
+from memrisk.report.metrics import BookHeatmap, max_pool
 
 COLOURS = {"blue": "#1f77b4", "orange": "#ff7f0e", "red": "#d62728"}
 SERIES = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
@@ -105,30 +104,6 @@ def scatter_panel(ax: Axes, log_p: np.ndarray, lower_top: np.ndarray, tau: float
     ax.legend(loc="lower right", fontsize=legend_size)
 
 
-def ccdf_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], label: str) -> Figure:
-    """CCDF of per-sequence mass gain, one step curve per series; y = share of all sequences."""
-    fig = new_figure()
-    ax = fig.add_subplot()
-    drawn = {name: xy for name, xy in curves.items() if xy[0].size}
-    if not drawn:
-        no_data(ax, "no sequence has a positive mass gain")
-        return fig
-    left = min(float(x[0]) for x, _ in drawn.values()) / 3.0
-    for colour, (name, (x, y)) in zip(cycle(SERIES), drawn.items()):
-        ax.step(np.concatenate([[left], x]), 100.0 * np.concatenate([[y[0]], y]), where="pre", color=colour, label=plain(name))
-    for point in CCDF_POINTS:
-        ax.axvline(point, ls=":", color="grey", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    plain_numbers = FuncFormatter(lambda v, _: f"{v:g}")  # 40, not 4×10^1
-    ax.yaxis.set_major_formatter(plain_numbers)
-    ax.yaxis.set_minor_formatter(plain_numbers)
-    ax.set_xlabel(f"mass gain Δ = {plain(label)} − LB_0")
-    ax.set_ylabel("% of all sequences with gain ≥ Δ")
-    ax.legend(fontsize=8)
-    return fig
-
-
 def shell_heatmap_figure(shares: np.ndarray) -> Figure:
     """Per extracted sequence (rows, sorted by verbatim share) the share of each ε-shell (columns)."""
     fig = new_figure(5.0, 5.0)
@@ -186,14 +161,6 @@ def np_curves_axes(ax: Axes, title: str, curves: Mapping[str, Any]) -> None:
     ax.set_xlabel("n (number of generations)")
     ax.set_ylabel("(n,p)-extraction rate, %")
     ax.legend(fontsize=7)
-
-
-def np_curves_figure(panels: Mapping[str, Mapping[str, Any]]) -> Figure:
-    """(n,p)-extraction rate against n for each p, with the greedy verbatim rate as a line."""
-    fig = new_figure(6.4 * len(panels), 4.4)
-    for ax, (title, curves) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
-        np_curves_axes(ax, title, curves)
-    return fig
 
 
 def position_heatmap_figure(heatmaps: Sequence[BookHeatmap], tau: float, label: str) -> Figure:

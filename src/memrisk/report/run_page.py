@@ -224,20 +224,30 @@ def interactive_charts(run: Run, prefix: str, key: int) -> tuple[list[Html], lis
     panels = {"by role": {role: metrics.extraction_rates(part, tau) for role, part in roles.items()}}
     if 2 < len(run.config.scored_datasets()) <= len(figures.SERIES):
         panels["by dataset"] = {d.name: metrics.extraction_rates(a.subset(a.dataset == d.name), tau) for d in run.config.scored_datasets()}
-    html, pic = chart(charts.rates_chart(panels, tau, f"{run.label}: extraction rate against ε"), f"{prefix}rates",
-                      "Extraction rate against ε: greedy (distance ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim p_z ≥ τ_min (flat in "
-                      "ε). Hover a point for its rate as k of n windows; click a legend entry to show one series.")
-    return [*parts, html], [*pics, pic]
+    drawn = [chart(charts.rates_chart(panels, tau, f"{run.label}: extraction rate against ε"), f"{prefix}rates",
+                   "Extraction rate against ε: greedy (distance ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim p_z ≥ τ_min (flat in "
+                   "ε). Hover a point for its rate as k of n windows; click a legend entry to show one series.")]
+    if run.near_verbatim:
+        t = run.role("target")
+        gain = metrics.ccdf_curve(rules.mass_gain(t.lower))
+        drawn.append(chart(charts.ccdf_chart({run.label: gain}, run.near_label, f"{run.label}: near-verbatim mass gain"),
+                           f"{prefix}ccdf", f"CCDF of the mass gain {run.near_label} − LB_0 over all {t.count} target windows "
+                           "(the denominator); dotted at 10⁻³, 10⁻², 10⁻¹."))
+    if a.log_p is not None:
+        curves = {role: metrics.np_curves(part.log_p, part.greedy_exact) for role, part in roles.items()}
+        policy = run.config.cbs_policy().label
+        drawn.append(chart(charts.np_curves_chart(curves, policy, f"{run.label}: (n,p)-extraction rates"), f"{prefix}np-curves",
+                           f"(n,p)-extraction rates from p_z ({policy}): the share of windows whose suffix n generations "
+                           "emit at least once with probability ≥ p; greedy verbatim rate dashed, the largest rate any n "
+                           "reaches (p_z > 0) dotted."))
+    return [*parts, *(html for html, _ in drawn)], [*pics, *(pic for _, pic in drawn)]
 
 
 def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
-    """Scatter, mass-gain CCDF and ε-shell figures of the target sequences."""
-    t, tau, label = run.role("target"), run.tau, run.near_label
+    """The ε-shell figures of the target windows (the scatter and the mass-gain CCDF are interactive charts)."""
+    t, tau = run.role("target"), run.tau
     shares = rules.shell_shares(t.lower, tau)
-    gain = metrics.ccdf_curve(rules.mass_gain(t.lower))
     return [
-        picture(f"{prefix}ccdf", f"CCDF of the mass gain {label} − LB_0 over all {t.count} target sequences.",
-                figures.ccdf_figure({run.label: gain}, label)),
         picture(f"{prefix}shell-heatmap", "Per extracted target sequence, the share of its lower bound in each ε-shell, "
                 "sorted by verbatim share.", figures.shell_heatmap_figure(shares)),
         picture(f"{prefix}shell-violins", "Distribution of the ε-shell shares over the extracted target sequences; "
@@ -246,14 +256,9 @@ def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
 
 
 def run_pictures(run: Run, prefix: str) -> list[Picture]:
-    """Every figure of one run."""
+    """The run's static figures: ε-shells and the book heatmap (the other figures are `interactive_charts`)."""
     a, c, tau = run.arrays, run.config, run.tau
-    roles = {role: run.role(role) for role in metrics.ROLES if (a.role == role).any()}
     pics = near_verbatim_pictures(run, prefix) if run.near_verbatim else []
-    if a.log_p is not None:
-        curves = {role: metrics.np_curves(part.log_p, part.greedy_exact) for role, part in roles.items()}
-        pics.append(picture(f"{prefix}np-curves", f"(n,p)-extraction rates from p_z ({c.cbs_policy().label}); greedy "
-                            "verbatim rate dashed.", figures.np_curves_figure(curves)))
     if c.windows.mode == "book":
         maps = metrics.book_heatmaps(a)
         shown = maps[:HEATMAP_DOCUMENTS]
