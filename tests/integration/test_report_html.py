@@ -117,9 +117,9 @@ def test_report_is_written_into_the_run_folder_with_figures(report: Path) -> Non
     assert "prior-aware.png" not in figures
     page = report.read_text(encoding="utf-8")
     images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(images) == 3, "the ε-shell figures and the book heatmap; the others are interactive charts"
-    assert page.count('class="memrisk-chart"') == 4
-    assert all(f'id="chart-{name}"' in page for name in ("scatter", "rates", "ccdf", "np-curves"))
+    assert len(images) == 2, "the ε-shell figures; the others are interactive charts"
+    assert page.count('class="memrisk-chart"') == 5
+    assert all(f'id="chart-{name}"' in page for name in ("scatter", "rates", "ccdf", "np-curves", "book-heatmap"))
     assert all(base64.b64decode(data).startswith(b"\x89PNG") for data in images)
     assert (report.parent / "figures" / "scatter.svg").read_bytes().lstrip().startswith(b"<svg")  # from vl-convert
     assert (report.parent / "figures" / "shell-heatmap.svg").read_bytes().lstrip().startswith(b"<?xml")  # from matplotlib
@@ -132,6 +132,7 @@ def test_report_is_self_contained_and_escapes_every_text(report: Path) -> None:
                        '<script type="application/json" class="memrisk-chart" data-target="chart-rates">',
                        '<script type="application/json" class="memrisk-chart" data-target="chart-ccdf">',
                        '<script type="application/json" class="memrisk-chart" data-target="chart-np-curves">',
+                       '<script type="application/json" class="memrisk-chart" data-target="chart-book-heatmap" data-explorer="0">',
                        '<script type="application/json" class="memrisk-explorer-data" data-key="0">', *["<script>"] * 4], \
         "only the chart's spec, the explorer's data and four inline scripts (Tabulator, explorer.js, Vega-Embed, charts.js)"
     for name in ("explorer.js", "tabulator.min.js", "charts.js"):
@@ -287,6 +288,9 @@ def test_figures_render_degenerate_inputs_without_warnings() -> None:
         charts.rates_chart({"empty": {"target": no_rates}}, 1e-3, "no windows"),
         charts.ccdf_chart({"run": metrics.ccdf_curve(np.zeros(4))}, "LB", "no gain"),
         charts.np_curves_chart({"target": metrics.np_curves(empty, None)}, "topk40", "no windows"),
+        charts.book_heatmap_chart([], ids, 1e-3, "LB", "no documents"),
+        charts.book_heatmap_chart([metrics.BookHeatmap("book", "$doc$", 2, np.zeros(5), np.zeros(5), np.full(5, -1), np.full(5, -1))],
+                                  ids, 1e-3, "LB", "nothing covered"),
         charts.prior_aware_chart(ids[:0], ids[:0], ids[:0], empty, empty, empty, 1e-3, 2.0, "empty"),
         charts.prior_aware_chart(ids, ids, np.array(["target", "control"]), np.array([-np.inf, -5.0]), np.array([-2.0, -np.inf]),
                                  np.array([True, False]), 1e-3, 2.0, "nothing finite"),
@@ -302,7 +306,7 @@ def test_report_without_cbs_or_greedy(tmp_path) -> None:
     rows = [{k: v for k, v in r.items() if not k.startswith(("cbs_", "greedy_"))} for r in records()]
     path = write_report([make_run(tmp_path / "run", rows, ["probabilistic"])])
     page = path.read_text(encoding="utf-8")
-    assert page.count("data:image/png;base64,") == 1 and 'id="chart-np-curves"' in page and 'id="chart-scatter"' not in page
+    assert page.count("data:image/png;base64,") == 0 and 'id="chart-np-curves"' in page and 'id="chart-scatter"' not in page
     assert "Top unlocked" not in page and "Top extracted target sequences" in page
 
 
@@ -368,7 +372,7 @@ def test_report_of_a_real_run(tmp_path, word_model) -> None:
     })
     run_experiment(run, tmp_path / "out", model=word_model, progress=False)
     page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
-    assert page.count("data:image/png;base64,") == 3 and 'id="chart-scatter"' in page and "Run: word-model" in page
+    assert page.count("data:image/png;base64,") == 2 and 'id="chart-scatter"' in page and "Run: word-model" in page
     a = metrics.run_arrays(RecordStore.existing(tmp_path / "out").read_records(), run)
     shares = rules.shell_shares(a.lower, run.tau_min)
     assert shares.shape[0] >= 2, "the run extracts some windows near-verbatim"
@@ -437,10 +441,10 @@ def test_report_in_headless_chromium(served: str, browser: Any, tmp_path) -> Non
     images = browser.execute_script(
         "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
     )
-    assert len(images) == 3 and all(done and width > 0 and height > 0 for done, width, height in images)
+    assert len(images) == 2 and all(done and width > 0 and height > 0 for done, width, height in images)
     assert browser.execute_script("return document.querySelectorAll('[onerror], iframe, object').length") == 0
-    assert browser.execute_script("return document.querySelectorAll('script').length") == 9, "charts and explorer, data and scripts"
-    assert browser.execute_script("return Array.from(document.querySelectorAll('div.chart')).map(c => c.dataset.ready)") == ["true"] * 4
+    assert browser.execute_script("return document.querySelectorAll('script').length") == 10, "charts and explorer, data and scripts"
+    assert browser.execute_script("return Array.from(document.querySelectorAll('div.chart')).map(c => c.dataset.ready)") == ["true"] * 5
     body = browser.execute_script("return document.body.innerText")
     assert SCRIPT in body and IMG in body and MODEL in body
     with pytest.raises(NoAlertPresentException):

@@ -14,7 +14,7 @@ import numpy as np
 
 from memrisk import rules
 from memrisk.report.figures import COLOURS
-from memrisk.report.metrics import CCDF_POINTS
+from memrisk.report.metrics import CCDF_POINTS, BookHeatmap, pooled_argmax
 
 LN10 = math.log(10.0)
 VERDICT_NAMES = {"blue": "verbatim (p_z ≥ τ)", "orange": "unlocked, 0 < p_z < τ", "red": "unlocked, p_z = 0"}
@@ -184,3 +184,38 @@ def ccdf_chart(curves: dict[str, tuple[np.ndarray, np.ndarray]], label: str, tit
     rules = alt.Chart(alt.Data(values=[{"gain": point} for point in CCDF_POINTS])).mark_rule(strokeDash=[2, 3], color="grey").encode(
         x="gain:Q")
     return alt.layer(rules, lines).properties(width=460, height=320, title=title).to_dict()
+
+
+HEATMAP_CELLS = 2000
+"""Cells per strip: a long document is max-pooled, so a peak is never averaged away."""
+
+
+def book_heatmap_chart(heatmaps: list[BookHeatmap], example_id: np.ndarray, tau: float, label: str, title: str) -> dict[str, Any]:
+    """Per document, the max verbatim p_z and near-verbatim LB_E over the suffixes covering each character, as two strips
+    (log colour from τ_min to 1; white below τ_min or where no suffix covers). Hover a cell for its characters, its
+    probability and the window behind it; click it to open that window."""
+    rows = []
+    for heatmap in heatmaps:
+        document = f"{heatmap.dataset} / {heatmap.doc_id} ({heatmap.windows} windows)"
+        for strip, values, owners in (("p_z", heatmap.verbatim, heatmap.verbatim_window),
+                                      (label, heatmap.near_verbatim, heatmap.near_window)):
+            if values is None or owners is None or not values.size:
+                continue
+            pooled, windows, edges = pooled_argmax(values, owners, HEATMAP_CELLS)
+            rows.append({"document": document, "strip": strip, "start": 0, "end": int(values.size), "cell": False})
+            rows += [{"document": document, "strip": strip, "start": int(a), "end": int(b), "p": float(v), "cell": True,
+                      "log10_p": math.log10(v), "id": str(example_id[w])}
+                     for a, b, v, w in zip(edges[:-1], edges[1:], pooled, windows) if v >= tau and w >= 0]
+    strip = alt.Y("strip:N", title=None, sort=["p_z", label])
+    text = alt.Chart().mark_rect(color="#f7f7f7", stroke="#ccc", strokeWidth=0.5).encode(
+        x=alt.X("start:Q", title="character position"), x2="end:Q", y=strip).transform_filter("!datum.cell")
+    cells = alt.Chart().mark_rect().encode(
+        x=alt.X("start:Q", title="character position"), x2="end:Q", y=strip,
+        color=alt.Color("log10_p:Q", title="max probability", scale=alt.Scale(scheme="blues", domain=[math.log10(tau), 0]),
+                        legend=alt.Legend(labelExpr="'10^' + datum.value")),
+        tooltip=["document:N", "strip:N", alt.Tooltip("start:Q", title="from character"), alt.Tooltip("end:Q", title="to character"),
+                 alt.Tooltip("p:Q", title="max probability", format=".3g"), alt.Tooltip("id:N", title="window")],
+    ).transform_filter("datum.cell").interactive(bind_y=False)
+    layered = alt.layer(text, cells, data=alt.Data(values=rows)).properties(width=760, height=44)
+    return layered.facet(row=alt.Row("document:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left"))).resolve_scale(
+        x="independent").properties(title=title).to_dict()

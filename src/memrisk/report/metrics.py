@@ -240,6 +240,9 @@ class BookHeatmap:
     windows: int
     verbatim: np.ndarray | None
     near_verbatim: np.ndarray | None
+    verbatim_window: np.ndarray | None = None
+    """Per character the record index of the window behind `verbatim` (−1 where no suffix covers it)."""
+    near_window: np.ndarray | None = None
 
 
 def coverage_max(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
@@ -253,6 +256,27 @@ def coverage_max(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, lengt
     offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     np.maximum.at(out, starts[owner] + offsets, np.asarray(values, dtype=np.float64)[owner])
     return out
+
+
+def coverage_argmax(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
+    """Per position in [0, length) the index of a span [start, end) with the max value covering it (−1 if none)."""
+    best = coverage_max(starts, ends, values, length)
+    out = np.full(length, -1, dtype=np.int64)
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    lengths = np.clip(ends - starts, 0, None)
+    owner = np.repeat(np.arange(starts.size), lengths)
+    positions = starts[owner] + np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    hit = np.asarray(values, dtype=np.float64)[owner] == best[positions]
+    out[positions[hit]] = owner[hit]
+    return out
+
+
+def pooled_argmax(values: np.ndarray, owners: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`max_pool` that also keeps, per cell, its first position and the owner of its max."""
+    values = np.asarray(values, dtype=np.float64)
+    edges = np.linspace(0, values.size, min(bins, values.size) + 1).astype(np.int64)
+    best = np.array([start + int(np.argmax(values[start:end])) for start, end in zip(edges[:-1], edges[1:])], dtype=np.int64)
+    return values[best], owners[best], edges
 
 
 def max_pool(values: np.ndarray, bins: int) -> np.ndarray:
@@ -276,5 +300,8 @@ def book_heatmaps(arrays: RunArrays) -> list[BookHeatmap]:
         starts, ends = arrays.suffix_char_start[rows], arrays.char_end[rows]
         length = int(ends.max())
         maps = [None if v is None else coverage_max(starts, ends, v[rows], length) for v in (verbatim, near)]
-        out.append(BookHeatmap(dataset, doc_id, len(rows), *maps))
+        index = np.asarray(rows, dtype=np.int64)
+        owners = [None if v is None else np.where((o := coverage_argmax(starts, ends, v[rows], length)) >= 0, index[o], -1)
+                  for v in (verbatim, near)]
+        out.append(BookHeatmap(dataset, doc_id, len(rows), *maps, *owners))
     return sorted(out, key=lambda h: -h.windows)

@@ -240,6 +240,13 @@ def interactive_charts(run: Run, prefix: str, key: int) -> tuple[list[Html], lis
                            f"(n,p)-extraction rates from p_z ({policy}): the share of windows whose suffix n generations "
                            "emit at least once with probability ≥ p; greedy verbatim rate dashed, the largest rate any n "
                            "reaches (p_z > 0) dotted."))
+    if run.config.windows.mode == "book":
+        maps = metrics.book_heatmaps(a)
+        shown = maps[:HEATMAP_DOCUMENTS]
+        spec = charts.book_heatmap_chart(shown, a.example_id, tau, run.near_label, f"{run.label}: extraction along the text")
+        drawn.append(chart(spec, f"{prefix}book-heatmap", f"Max extraction probability per character over the suffixes "
+                           f"covering it (log scale, white below τ_min = {tau:g}); {len(shown)} of {len(maps)} documents, "
+                           "most windows first. Hover a cell for its characters and window; click it to open the window.", key))
     return [*parts, *(html for html, _ in drawn)], [*pics, *(pic for _, pic in drawn)]
 
 
@@ -256,16 +263,8 @@ def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
 
 
 def run_pictures(run: Run, prefix: str) -> list[Picture]:
-    """The run's static figures: ε-shells and the book heatmap (the other figures are `interactive_charts`)."""
-    a, c, tau = run.arrays, run.config, run.tau
-    pics = near_verbatim_pictures(run, prefix) if run.near_verbatim else []
-    if c.windows.mode == "book":
-        maps = metrics.book_heatmaps(a)
-        shown = maps[:HEATMAP_DOCUMENTS]
-        pics.append(picture(f"{prefix}book-heatmap", "Max extraction probability per character over the suffixes covering "
-                            f"it (log scale, white below τ_min = {tau:g}); {len(shown)} of {len(maps)} documents, most "
-                            "windows first.", figures.position_heatmap_figure(shown, tau, run.near_label)))
-    return pics
+    """The run's static figures, the ε-shells (the other figures are `interactive_charts`)."""
+    return near_verbatim_pictures(run, prefix) if run.near_verbatim else []
 
 
 def best_candidate(run: Run, row: dict[str, Any]) -> dict[str, Any] | None:
