@@ -22,6 +22,7 @@ from memrisk.config import parse_config
 from memrisk.report import metrics
 from memrisk.report.explorer import edits, explorer_data, packed_log10
 from memrisk.report.html import write_report
+from memrisk.report.markup import unpacked_json
 from memrisk.runner import run_experiment
 from memrisk.store import RecordStore
 from tests.conftest import WORDS
@@ -89,8 +90,8 @@ def test_a_real_runs_explorer_diffs_by_token_with_the_runs_tokenizer(tmp_path, m
     run_experiment(config, tmp_path / "out", progress=False)
     page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
     assert "Diffs are by token." in page
-    payload = re.search(r'<script type="application/json" class="memrisk-explorer-data" data-key="0">(.*?)</script>', page, re.S)
-    data = json.loads(payload.group(1))
+    payload = re.search(r'<script type="application/gzip\+base64" class="memrisk-explorer-data" data-key="0">(.*?)</script>', page, re.S)
+    data = unpacked_json(payload.group(1))
     table = RecordStore.existing(tmp_path / "out").read_records().to_pylist()
     for record, detail in zip(table, data["details"]):
         # each piece reads as inside a sequence, so a word-level token keeps the space before it, the first one too

@@ -133,7 +133,7 @@ def test_report_is_self_contained_and_escapes_every_text(report: Path) -> None:
                        '<script type="application/json" class="memrisk-chart" data-target="chart-ccdf">',
                        '<script type="application/json" class="memrisk-chart" data-target="chart-np-curves">',
                        '<script type="application/json" class="memrisk-chart" data-target="chart-book-heatmap" data-explorer="0">',
-                       '<script type="application/json" class="memrisk-explorer-data" data-key="0">', *["<script>"] * 4], \
+                       '<script type="application/gzip+base64" class="memrisk-explorer-data" data-key="0">', *["<script>"] * 4], \
         "only the chart's spec, the explorer's data and four inline scripts (Tabulator, explorer.js, Vega-Embed, charts.js)"
     for name in ("explorer.js", "tabulator.min.js", "charts.js"):
         assert page.count(asset(name).replace("</script", "<\\/script")) == 1

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memrisk import cli
-from memrisk.report.markup import count_rate
+from memrisk.report.markup import count_rate, unpacked_json
 
 
 @pytest.mark.slow
@@ -64,5 +64,5 @@ def check_report_against_summary(out: Path, summary: dict[str, Any]) -> None:
                     count_rate(round(entry["cbs"]["rate"]["levenshtein"]["0"] * n), n), count_rate(near_top, n),
                     str(cbs["near_verbatim_p_z_zero"]), str(cbs["near_verbatim_p_z_positive"])]
         assert rows[name][: len(expected)] == expected, (name, rows[name], expected)
-    data = json.loads(re.search(r'class="memrisk-explorer-data" data-key="0">(.*?)</script>', page, re.S).group(1))
+    data = unpacked_json(re.search(r'class="memrisk-explorer-data" data-key="0">(.*?)</script>', page, re.S).group(1))
     assert len(data["rows"]) == sum(entry["examples"] for entry in summary["datasets"].values())

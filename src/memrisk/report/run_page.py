@@ -20,8 +20,8 @@ from memrisk.models.backend import load_model
 from memrisk.report import charts, explorer, figures, metrics
 from memrisk.report.explorer import Pieces
 from memrisk.report.markup import (
-    LIST_LIMIT, Html, Picture, capped, chart, count_rate, figure_html, inline_diff_html, join, json_script, log10_text, mass_text,
-    note, pct, picture, table, tag,
+    LIST_LIMIT, Html, Picture, capped, chart, count_rate, figure_html, inline_diff_html, join, log10_text, mass_text,
+    note, packed_json_script, pct, picture, table, tag,
 )
 from memrisk.report.text import pa_budget, token_eval_rows
 from memrisk.store import RecordStore
@@ -454,7 +454,7 @@ def explorer_section(run: Run, key: int) -> Html:
                tools, tag("div", "", class_="explorer-table"),
                tag("div", note("Click a window to see its prefix, target, greedy continuation and CBS candidates."),
                    class_="window-detail"),
-               json_script(data, "memrisk-explorer-data", key=key),
+               packed_json_script(data, "memrisk-explorer-data", key=key),
                class_="explorer", id=f"explorer-{key}")
 
 

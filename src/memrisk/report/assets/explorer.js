@@ -1,6 +1,7 @@
 /* memrisk window explorer: a Tabulator table of every window (virtual rows, sort, header filters, text search) and the
    window's detail (prefix, target, greedy and CBS candidates diffed against the target, per-token probabilities).
-   The data comes from the JSON script element of class memrisk-explorer-data with data-key K; the URL fragment
+   The data comes from the script element of class memrisk-explorer-data with data-key K (gzip-compressed JSON in
+   base64, inflated with the browser's DecompressionStream); the URL fragment
    #window=K:ID keeps the open window, so a link to it can be shared. Everything is built with textContent: text from
    corpora and models is never parsed as markup. */
 (function () {
@@ -63,9 +64,15 @@
     return col;
   }
 
-  function Explorer(script) {
-    this.key = script.dataset.key;
-    this.data = JSON.parse(script.textContent);
+  async function inflate(base64) {
+    const bytes = Uint8Array.from(atob(base64.trim()), (c) => c.charCodeAt(0));
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return JSON.parse(await new Response(stream).text());
+  }
+
+  function Explorer(key, data) {
+    this.key = key;
+    this.data = data;
     const fields = this.data.fields;
     this.data.rows = this.data.rows.map((values) => Object.fromEntries(fields.map((field, i) => [field, values[i]])));
     this.byId = new Map(this.data.rows.map((row, i) => [row.id, i]));
@@ -210,9 +217,10 @@
     if (explorer) { explorer.open(id, true); explorer.root.scrollIntoView(); }
   };
 
-  document.querySelectorAll("script.memrisk-explorer-data").forEach((script) => {
-    explorers[script.dataset.key] = new Explorer(script);
-  });
-  window.addEventListener("hashchange", fromFragment);
-  fromFragment();
+  const loading = Array.from(document.querySelectorAll("script.memrisk-explorer-data")).map((script) =>
+    inflate(script.textContent).then((data) => { explorers[script.dataset.key] = new Explorer(script.dataset.key, data); }));
+  Promise.all(loading).then(() => {
+    window.addEventListener("hashchange", fromFragment);
+    fromFragment();
+  }).catch((error) => console.error("the window explorer could not read its data: " + error));
 })();
