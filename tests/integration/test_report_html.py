@@ -23,6 +23,7 @@ import pytest
 
 from memrisk import cli
 from memrisk.config import parse_config
+from memrisk.methods import configured
 from memrisk import rules
 from memrisk.report import charts, figures, metrics
 from memrisk.report.html import write_report
@@ -466,3 +467,12 @@ def test_the_title_names_the_run_folder_and_model_never_a_cache_path(tmp_path) -
     title = re.search(r"<title>(.*?)</title>", page).group(1)
     assert title == "memrisk report: my-audit (7171c0e3f4a7c7b5-dfac79cdc01c6e74)"
     assert "Run: 7171c0e3f4a7c7b5-dfac79cdc01c6e74" in page and f"Run: {cached}" not in page
+
+
+def test_every_rate_names_its_denominator_and_the_signatures_behind_it(report: Path) -> None:
+    text = " ".join(visible_text(report.read_text(encoding="utf-8")).split())
+    config_data = parse_config(config(["probabilistic", "greedy", "cbs"]))
+    signatures = {m.name: m.signature(config_data) for m in configured(config_data)}
+    assert "Each rate is k/n windows" in text
+    for name in ("probabilistic", "greedy", "cbs"):
+        assert f"{name} {signatures[name]}" in text

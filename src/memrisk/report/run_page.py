@@ -150,7 +150,19 @@ def rates_table(run: Run) -> Html:
             counts = rules.counts(part.log_p, part.lower[:, -1], run.tau)
             row += [counts["near_verbatim_p_z_zero"], counts["near_verbatim_p_z_positive"]]
         rows.append(row)
-    return table(header, rows)
+    return join([table(header, rows), signatures_note(run)])
+
+
+def signatures_note(run: Run) -> Html:
+    """The settings behind the rates above, one signature per method (as `summary.json` keeps them)."""
+    methods = [method for method in configured(run.config) if method.name in ("greedy", "probabilistic", "cbs")]
+    if not methods:
+        return Html("")
+    parts: list[object] = ["Each rate is k/n windows (the negative controls in the rows of role control); the settings behind "
+                           "them: "]
+    for i, method in enumerate(methods):
+        parts += ["; " if i else "", f"{method.name} ", tag("code", method.signature(run.config))]
+    return tag("p", *parts, class_="note")
 
 
 def cost_table(costs: dict[str, dict[str, Any]]) -> Html:
