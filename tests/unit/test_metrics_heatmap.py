@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memrisk.report.metrics import coverage_argmax, coverage_max, pooled_argmax
+from memrisk.report.metrics import coverage_max_owner, pooled_argmax
 
 
 @given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 8), st.floats(0.0, 1.0)), min_size=1, max_size=12))
@@ -15,7 +15,7 @@ def test_the_window_behind_each_character_covers_it_and_holds_its_max(spans) -> 
     ends = starts + np.array([n for _, n, _ in spans])
     values = np.array([v for _, _, v in spans])
     length = int(ends.max()) + 2
-    best, owner = coverage_max(starts, ends, values, length), coverage_argmax(starts, ends, values, length)
+    best, owner = coverage_max_owner(starts, ends, values, length)
     for position in range(length):
         covering = [i for i in range(len(spans)) if starts[i] <= position < ends[i]]
         if not covering:

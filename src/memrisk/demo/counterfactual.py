@@ -31,6 +31,7 @@ from memrisk.demo.train import TrainingConfig, cache_root, save_atomically, skel
 from memrisk.errors import MemriskError
 from memrisk.models.backend import LanguageModel
 from memrisk.runner import load_run_model
+from memrisk.store import atomic_write_bytes
 
 COUNTERFACTUAL_BASE = "pa-counterfactual"
 """`base: pa-counterfactual` in a study YAML, with its options in a `pa-counterfactual:` section."""
@@ -102,12 +103,15 @@ class CounterfactualCorpus:
         """Where the data, the tokenizer and the models of these options are cached."""
         return cache_root() / COUNTERFACTUAL_BASE / self.key
 
+    @functools.cached_property
+    def vocabulary(self) -> list[str]:
+        """The base corpus's words, which replace the words a near-duplicate does not keep."""
+        return sorted({w for d in self.texts[1] for w in d.split() if w.isalpha()})
+
     def near_duplicates(self, seed: int, near: int) -> list[str]:
         """`near` near-duplicates of each target, the same for every model of this seed with `near` of them."""
-        targets, base = self.texts
-        vocabulary = sorted({w for d in base for w in d.split() if w.isalpha()})
         rng = random.Random(f"near-duplicates {seed} {near}")
-        return [_near_duplicate(t, vocabulary, self.options.overlap, rng) for t in targets for _ in range(near)]
+        return [_near_duplicate(t, self.vocabulary, self.options.overlap, rng) for t in self.texts[0] for _ in range(near)]
 
     def training_documents(self, seed: int, exact: int, near: int) -> list[str]:
         """Base corpus + near-duplicates + `exact` copies of each target."""
@@ -128,10 +132,7 @@ class CounterfactualCorpus:
         paths = self.folder / "data" / "targets.jsonl", self.folder / "data" / "base.jsonl"
         for path, texts in zip(paths, self.texts):
             if not path.is_file():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                staging = path.with_name(f".{path.name}")
-                staging.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-                staging.replace(path)
+                atomic_write_bytes(path, "".join(json.dumps({"text": t}) + "\n" for t in texts).encode("utf-8"))
         return paths
 
     def model_dir(self, name: str, progress: bool = True) -> Path:

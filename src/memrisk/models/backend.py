@@ -8,6 +8,7 @@ Full-vocabulary logits stay on the model's device; callers post-process them the
 from __future__ import annotations
 
 import importlib.util
+import functools
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -205,8 +206,14 @@ class LanguageModel:
     def token_text(self, token: int) -> str:
         """One token's text as it reads inside a sequence: `decode([token])` drops the leading space of SentencePiece
         and word-level tokens, so the token is decoded after an anchor token and the anchor's text cut off."""
+        anchor, anchor_text = self._text_anchor
+        return self.decode([*anchor, token])[len(anchor_text):]
+
+    @functools.cached_property
+    def _text_anchor(self) -> tuple[list[int], str]:
+        """The anchor `token_text` decodes after, and its text."""
         anchor = self.encode("a")[-1:] if self.tokenizer is not None else []
-        return self.decode([*anchor, token])[len(self.decode(anchor)):]
+        return anchor, self.decode(anchor)
 
     def describe(self) -> dict[str, Any]:
         """Provenance of the model for records: name, revision, commit, dtype, device, attention, size,

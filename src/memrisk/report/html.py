@@ -76,10 +76,9 @@ def write_report(run_dirs: list[Path], out: Path | None = None, formats: Sequenc
         sections.append(section)
         pics += run_pics
     write_pictures(store, pics, formats)
-    explorer = any(r.arrays.count for r in record_runs)
-    drawn = explorer
+    interactive = any(r.arrays.count for r in record_runs)  # a run with records has an explorer and charts
     title = "memrisk report: " + ", ".join(f"{r.store.root.resolve().name} ({r.label})" for r in runs)
-    return store.write_text(layout.REPORT, page(title, join(sections), explorer, charts=drawn))
+    return store.write_text(layout.REPORT, page(title, join(sections), explorer=interactive, charts=interactive))
 
 
 def write_study_report(folder: Path, out: Path | None = None, formats: Sequence[str] = STATIC_FORMATS) -> Path:

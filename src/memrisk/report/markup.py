@@ -142,8 +142,7 @@ def inline_script(source: str) -> Html:
 def json_script(data: object, class_: str, **attrs: object) -> Html:
     """Data for the page's scripts, as JSON that can never close its element ('<' is escaped)."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
-    attributes = "".join(f' data-{key}="{html.escape(str(v), quote=True)}"' for key, v in attrs.items())
-    return Html(f'<script type="application/json" class="{class_}"{attributes}>{text}</script>')
+    return Html(f'<script type="application/json" class="{class_}"{_data_attributes(attrs)}>{text}</script>')
 
 
 def packed_json_script(data: object, class_: str, **attrs: object) -> Html:
@@ -151,8 +150,12 @@ def packed_json_script(data: object, class_: str, **attrs: object) -> Html:
     the page inflates it with the browser's DecompressionStream). Base64 can never close its element."""
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     text = base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
-    attributes = "".join(f' data-{key}="{html.escape(str(v), quote=True)}"' for key, v in attrs.items())
-    return Html(f'<script type="application/gzip+base64" class="{class_}"{attributes}>{text}</script>')
+    return Html(f'<script type="application/gzip+base64" class="{class_}"{_data_attributes(attrs)}>{text}</script>')
+
+
+def _data_attributes(attrs: dict[str, object]) -> str:
+    """` data-KEY="value"` for each item, escaped."""
+    return "".join(f' data-{key}="{html.escape(str(v), quote=True)}"' for key, v in attrs.items())
 
 
 def unpacked_json(text: str) -> object:

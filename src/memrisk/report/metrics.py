@@ -245,30 +245,31 @@ class BookHeatmap:
     near_window: np.ndarray | None = None
 
 
+def _covered_positions(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (span, position) pair of the spans [start, end): the span's index and the position it covers."""
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    lengths = np.clip(ends - starts, 0, None)
+    owner = np.repeat(np.arange(starts.size), lengths)
+    return owner, starts[owner] + np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+
+
 def coverage_max(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
     """Per position in [0, length) the max value over the spans [start, end) covering it (0 if none)."""
-    out = np.zeros(length, dtype=np.float64)
-    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-    lengths = np.clip(ends - starts, 0, None)
-    if not lengths.sum():
-        return out
-    owner = np.repeat(np.arange(starts.size), lengths)
-    offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    np.maximum.at(out, starts[owner] + offsets, np.asarray(values, dtype=np.float64)[owner])
-    return out
+    return coverage_max_owner(starts, ends, values, length)[0]
 
 
-def coverage_argmax(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
-    """Per position in [0, length) the index of a span [start, end) with the max value covering it (−1 if none)."""
-    best = coverage_max(starts, ends, values, length)
-    out = np.full(length, -1, dtype=np.int64)
-    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-    lengths = np.clip(ends - starts, 0, None)
-    owner = np.repeat(np.arange(starts.size), lengths)
-    positions = starts[owner] + np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    hit = np.asarray(values, dtype=np.float64)[owner] == best[positions]
-    out[positions[hit]] = owner[hit]
-    return out
+def coverage_max_owner(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per position in [0, length) the max value over the spans [start, end) covering it (0 if none) and the index of a
+    span holding it (−1 if none)."""
+    best, owners = np.zeros(length, dtype=np.float64), np.full(length, -1, dtype=np.int64)
+    owner, positions = _covered_positions(starts, ends)
+    if not owner.size:
+        return best, owners
+    covered = np.asarray(values, dtype=np.float64)[owner]
+    np.maximum.at(best, positions, covered)
+    hit = covered == best[positions]
+    owners[positions[hit]] = owner[hit]
+    return best, owners
 
 
 def pooled_argmax(values: np.ndarray, owners: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -299,9 +300,11 @@ def book_heatmaps(arrays: RunArrays) -> list[BookHeatmap]:
     for (dataset, doc_id), rows in groups.items():
         starts, ends = arrays.suffix_char_start[rows], arrays.char_end[rows]
         length = int(ends.max())
-        maps = [None if v is None else coverage_max(starts, ends, v[rows], length) for v in (verbatim, near)]
         index = np.asarray(rows, dtype=np.int64)
-        owners = [None if v is None else np.where((o := coverage_argmax(starts, ends, v[rows], length)) >= 0, index[o], -1)
-                  for v in (verbatim, near)]
+        maps, owners = [], []
+        for values in (verbatim, near):
+            best, owner = (None, None) if values is None else coverage_max_owner(starts, ends, values[rows], length)
+            maps.append(best)
+            owners.append(None if owner is None else np.where(owner >= 0, index[owner], -1))
         out.append(BookHeatmap(dataset, doc_id, len(rows), *maps, *owners))
     return sorted(out, key=lambda h: -h.windows)

@@ -219,28 +219,27 @@ def near_verbatim_tables(run: Run) -> Html:
 
 
 def interactive_charts(run: Run, prefix: str, key: int) -> tuple[list[Html], list[Picture]]:
-    """The run's interactive charts and their static files: CBS Fig. 3 (whose points open their windows in explorer
-    `key`) when the run has p_z and CBS, and the extraction rates against ε."""
-    a, tau, parts, pics = run.arrays, run.tau, [], []
+    """The run's interactive charts and their static files: CBS Fig. 3 and the mass-gain CCDF when the run has p_z and
+    CBS, the rates against ε, the (n,p) curves with p_z, and the book heatmap in book mode. Points of the scatter and
+    cells of the heatmap open their windows in explorer `key`."""
+    a, tau = run.arrays, run.tau
+    roles = {role: run.role(role) for role in metrics.ROLES if (a.role == role).any()}
+    drawn = []
     if run.near_verbatim:
         t = run.role("target")
         spec = charts.verdict_scatter(t.example_id, t.dataset, t.log_p, t.lower[:, -1], tau, run.near_label,
                                       f"{run.label}: {run.near_label} against p_z, target windows")
-        caption = (f"{run.near_label} against p_z for the target windows extracted either way (CBS Fig. 3): hover a point for "
-                   "its window, drag to pan, scroll to zoom, click a legend entry to show one kind, click a point to open it "
-                   "in the window explorer below. Zeros sit on the floor a decade below the smallest value.")
-        html, pic = chart(spec, f"{prefix}scatter", caption, key)
-        parts.append(html)
-        pics.append(pic)
-    roles = {role: run.role(role) for role in metrics.ROLES if (a.role == role).any()}
+        drawn.append(chart(spec, f"{prefix}scatter", f"{run.near_label} against p_z for the target windows extracted either "
+                           "way (CBS Fig. 3): hover a point for its window, drag to pan, scroll to zoom, click a legend entry "
+                           "to show one kind, click a point to open it in the window explorer below. Zeros sit on the floor "
+                           "a decade below the smallest value.", key))
     panels = {"by role": {role: metrics.extraction_rates(part, tau) for role, part in roles.items()}}
     if 2 < len(run.config.scored_datasets()) <= len(figures.SERIES):
         panels["by dataset"] = {d.name: metrics.extraction_rates(a.subset(a.dataset == d.name), tau) for d in run.config.scored_datasets()}
-    drawn = [chart(charts.rates_chart(panels, tau, f"{run.label}: extraction rate against ε"), f"{prefix}rates",
-                   "Extraction rate against ε: greedy (distance ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim p_z ≥ τ_min (flat in "
-                   "ε). Hover a point for its rate as k of n windows; click a legend entry to show one series.")]
+    drawn.append(chart(charts.rates_chart(panels, tau, f"{run.label}: extraction rate against ε"), f"{prefix}rates",
+                       "Extraction rate against ε: greedy (distance ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim p_z ≥ τ_min (flat "
+                       "in ε). Hover a point for its rate as k of n windows; click a legend entry to show one series."))
     if run.near_verbatim:
-        t = run.role("target")
         gain = metrics.ccdf_curve(rules.mass_gain(t.lower))
         drawn.append(chart(charts.ccdf_chart({run.label: gain}, run.near_label, f"{run.label}: near-verbatim mass gain"),
                            f"{prefix}ccdf", f"CCDF of the mass gain {run.near_label} − LB_0 over all {t.count} target windows "
@@ -259,7 +258,7 @@ def interactive_charts(run: Run, prefix: str, key: int) -> tuple[list[Html], lis
         drawn.append(chart(spec, f"{prefix}book-heatmap", f"Max extraction probability per character over the suffixes "
                            f"covering it (log scale, white below τ_min = {tau:g}); {len(shown)} of {len(maps)} documents, "
                            "most windows first. Hover a cell for its characters and window; click it to open the window.", key))
-    return [*parts, *(html for html, _ in drawn)], [*pics, *(pic for _, pic in drawn)]
+    return [html for html, _ in drawn], [pic for _, pic in drawn]
 
 
 def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
