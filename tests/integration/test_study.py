@@ -178,5 +178,6 @@ def test_the_study_report_tabulates_every_cell_and_draws_each_number_against_eac
     figures = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert "study-cbs.beam_width-story.cbs_rate.png" in figures and "study-cbs.epsilon-control.cbs_rate.png" in figures
     page = (out / "report.html").read_text()
-    assert "Study: 4 cells over cbs.beam_width, cbs.epsilon" in page and page.count("<figure>") == len(figures)
+    assert "Study: 4 cells over cbs.beam_width, cbs.epsilon" in page and page.count("<figure") == len(figures)
+    assert page.count('class="memrisk-explorer-data"') == 4 and page.count('class="explorer-picker"') == 1
     assert main(["report", str(out)]) == 0

@@ -84,9 +84,10 @@ def write_report(run_dirs: list[Path], out: Path | None = None, formats: Sequenc
 def write_study_report(folder: Path, out: Path | None = None, formats: Sequence[str] = STATIC_FORMATS) -> Path:
     """Write the study page, its figures and study.csv into the study folder (or `out`); return the page's path."""
     store = RecordStore.existing(folder) if out is None else RecordStore(Path(out), {})
-    body, pics, table_csv, reproduced = study_section(folder)
-    for item in reproduced:
+    section = study_section(folder)
+    for item in section.reproduced:
         store.write_text(layout.figure_file(item.figure.slug, "csv"), csv_text(list(dict.fromkeys(k for r in item.rows for k in r)), item.rows))
-    write_pictures(store, pics + [item.picture for item in reproduced if item.picture is not None], formats)
-    store.write_text(layout.STUDY_TABLE, table_csv)
-    return store.write_text(layout.REPORT, page(f"memrisk study: {Path(folder).name}", body))
+    write_pictures(store, section.pictures, formats)
+    store.write_text(layout.STUDY_TABLE, section.table_csv)
+    return store.write_text(layout.REPORT, page(f"memrisk study: {Path(folder).name}", section.body,
+                                                explorer=section.explorers, charts=True))

@@ -171,10 +171,13 @@ def vega_bundle() -> str:
     return vl_convert.javascript_bundle()
 
 
-def chart_html(spec: dict[str, Any], name: str, caption: str, explorer: int | None = None) -> Html:
+def chart_html(spec: dict[str, Any], name: str, caption: str, explorer: int | None = None,
+               cells: dict[str, int] | None = None) -> Html:
     """An interactive chart: its Vega-Lite spec drawn in place by charts.js; clicking a point opens its window in the
-    explorer `explorer` of the page."""
+    explorer `explorer` of the page, or, on a study page, in the explorer `cells[point's cell]`."""
     data = {"target": f"chart-{name}"} | ({"explorer": explorer} if explorer is not None else {})
+    if cells:
+        data["cells"] = json.dumps(cells, ensure_ascii=False, separators=(",", ":"))
     return tag("figure", tag("div", "", id=f"chart-{name}", class_="chart"), json_script(spec, "memrisk-chart", **data),
                tag("figcaption", caption), class_="interactive")
 
@@ -217,7 +220,8 @@ def figure_html(pic: Picture) -> Html:
     return tag("figure", img, tag("figcaption", pic.caption, " ", tag("a", "SVG", href=layout.figure_file(pic.name, "svg"))))
 
 
-def chart(spec: dict[str, Any], name: str, caption: str, explorer: int | None = None) -> tuple[Html, Picture]:
+def chart(spec: dict[str, Any], name: str, caption: str, explorer: int | None = None,
+          cells: dict[str, int] | None = None) -> tuple[Html, Picture]:
     """An interactive chart for the page and its PNG and SVG for figures/, from one Vega-Lite spec."""
     png, svg = charts.render(spec)
-    return chart_html(spec, name, caption, explorer), Picture(name, caption, png, svg)
+    return chart_html(spec, name, caption, explorer, cells), Picture(name, caption, png, svg)

@@ -3,6 +3,7 @@ near-verbatim tables, figures, top sequences and prior-aware memorization."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -443,16 +444,22 @@ def prior_aware_section(run: Run, prefix: str, key: int) -> tuple[Html, list[Pic
 
 def token_pieces(config: ExperimentConfig) -> tuple[Pieces | None, str | None]:
     """Each token id's text under the run's tokenizer (read without the weights), or None and why it cannot be read."""
+    return _tokenizer_pieces(config.model.name, config.model.revision, config.model.gguf_file)
+
+
+@functools.cache
+def _tokenizer_pieces(name: str, revision: str | None, gguf_file: str | None) -> tuple[Pieces | None, str | None]:
+    """`token_pieces` by model, read once per process: a study's cells usually share one tokenizer."""
     try:
-        lm = load_model(config.model.name, revision=config.model.revision, gguf_file=config.model.gguf_file, weights=False,
-                        local_only=True)
+        lm = load_model(name, revision=revision, gguf_file=gguf_file, weights=False, local_only=True)
     except MemriskError as exc:
         return None, str(exc)
     return lm.token_text, None
 
 
-def explorer_section(run: Run, key: int) -> Html:
-    """The window explorer: every window in a table that sorts and filters, and the window a click opens."""
+def explorer_section(run: Run, key: int, hidden: bool = False) -> Html:
+    """The window explorer: every window in a table that sorts and filters, and the window a click opens (`hidden`: one
+    of a study's explorers, shown when its cell is picked)."""
     pieces, problem = token_pieces(run.config)
     data = explorer.explorer_data(run.config, run.arrays, run.table.to_pylist(), pieces)
     unit = "token" if pieces is not None else f"character (the tokenizer could not be read: {problem})"
@@ -466,7 +473,7 @@ def explorer_section(run: Run, key: int) -> Html:
                tag("div", note("Click a window to see its prefix, target, greedy continuation and CBS candidates."),
                    class_="window-detail"),
                packed_json_script(data, "memrisk-explorer-data", key=key),
-               class_="explorer", id=f"explorer-{key}")
+               class_="explorer", id=f"explorer-{key}", **({"hidden": "hidden"} if hidden else {}))
 
 
 def run_section(run: Run, prefix: str, key: int = 0) -> tuple[Html, list[Picture]]:

@@ -1,18 +1,23 @@
 """The report of a study: one row per cell with each method's headline numbers, a CSV of the same
-table, and each number drawn against every numeric grid axis (one line per setting of the others)."""
+table, the papers' figures the study reproduces, each number drawn against every numeric grid axis (one line per
+setting of the others), and a window explorer per cell; every chart is interactive and a window's mark opens it."""
 
 from __future__ import annotations
 
 import csv
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import altair as alt
+from matplotlib.figure import Figure
+
 from memrisk import layout
-from memrisk.report.figures import new_figure
-from memrisk.report.markup import Html, Picture, figure_html, join, note, picture, table, tag
+from memrisk.report.markup import Html, Picture, chart, figure_html, join, note, picture, table, tag
 from memrisk.report.paper import Reproduced, reproduce
+from memrisk.report.run_page import explorer_section, load_run
 from memrisk.report.study_data import StudyData, load_study_data
 
 MetricRow = dict[str, Any]
@@ -73,65 +78,105 @@ def _numeric(values: Sequence[Any]) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def axis_pictures(axes: list[str], metrics: list[str], rows: list[MetricRow]) -> list[Picture]:
-    """For every numeric axis and every number: the number against the axis, one line per setting of the other axes."""
-    pics = []
+def axis_chart(axis: str, others: list[str], metric: str, rows: list[MetricRow]) -> dict[str, Any]:
+    """One number against one numeric axis, a line per setting of the other axes; hover names the cell."""
+    points = []
+    for row in rows:
+        if row.get(metric) is None:
+            continue
+        setting = ", ".join(f"{a.split('.')[-1]}={row[a]}" for a in others) or "all cells"
+        points.append({"cell": row["cell"], "setting": setting, "x": row[axis], "y": row[metric]})
+    settings = alt.selection_point(fields=["setting"], bind="legend")
+    lines = alt.Chart(alt.Data(values=points)).mark_line(point=True).encode(
+        x=alt.X("x:Q", title=axis, scale=alt.Scale(zero=False)), y=alt.Y("y:Q", title=metric),
+        color=alt.Color("setting:N", title=", ".join(a.split(".")[-1] for a in others) or None,
+                        legend=alt.Legend(orient="right") if others else None),
+        opacity=alt.condition(settings, alt.value(1.0), alt.value(0.1)),
+        tooltip=["cell:N", "setting:N", alt.Tooltip("x:Q", title=axis), alt.Tooltip("y:Q", title=metric, format=".4g")],
+    ).add_params(settings).interactive()
+    return lines.properties(width=360, height=240, title=f"{metric} against {axis}").to_dict()
+
+
+def axis_charts(axes: list[str], metrics: list[str], rows: list[MetricRow]) -> list[tuple[Html, Picture]]:
+    """For every numeric axis and every number: the number against the axis (`axis_chart`)."""
+    drawn = []
     for axis in axes:
         if not _numeric([row[axis] for row in rows]):
             continue
         others = [a for a in axes if a != axis]
         for metric in metrics:
-            fig = new_figure(5.0, 3.4)
-            ax = fig.add_subplot()
-            groups: dict[tuple, list[MetricRow]] = {}
-            for row in rows:
-                groups.setdefault(tuple(row[a] for a in others), []).append(row)
-            for key, group in groups.items():
-                points = sorted((row[axis], row[metric]) for row in group if row.get(metric) is not None)
-                if points:
-                    label = ", ".join(f"{a.split('.')[-1]}={v}" for a, v in zip(others, key)) or None
-                    ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
-            ax.set_xlabel(axis)
-            ax.set_ylabel(metric)
-            if others and ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize="small")
             slug = f"study-{axis}-{metric}".replace("/", "-")
-            pics.append(picture(slug, f"{metric} against {axis}", fig))
-    return pics
+            drawn.append(chart(axis_chart(axis, others, metric, rows), slug, f"{metric} against {axis}"))
+    return drawn
 
 
-def paper_section(reproduced: Sequence[Reproduced]) -> Html:
-    """The papers' figures and tables this study has the data for, each under its caption, with its CSV."""
+def paper_section(reproduced: Sequence[Reproduced], cells: dict[str, int]) -> tuple[Html, list[Picture]]:
+    """The papers' figures and tables this study has the data for, each under its caption, with its CSV; a click on a
+    window's mark opens it in its cell's explorer (`cells`: cell name → explorer key)."""
     if not reproduced:
         return join([tag("h2", "Paper figures"), note(
-            "None of the papers' figures applies to this study's axes and methods; docs/figures.md lists what each one needs.")])
-    parts = [tag("h2", "Paper figures"), note("Each figure's data is in figures/NAME.csv next to its image.")]
+            "None of the papers' figures applies to this study's axes and methods; docs/figures.md lists what each one needs.")]), []
+    parts, pics = [tag("h2", "Paper figures"), note("Each figure's data is in figures/NAME.csv next to it.")], []
     for item in reproduced:
         csv_link = tag("a", "CSV", href=layout.figure_file(item.figure.slug, "csv"))
-        if item.picture is not None:
-            parts.append(figure_html(item.picture))
+        if isinstance(item.spec, Figure):
+            pic = picture(item.figure.slug, item.figure.caption, item.spec)
+            parts.append(figure_html(pic))
+            pics.append(pic)
+        elif item.spec is not None:
+            html, pic = chart(item.spec, item.figure.slug, item.figure.caption, cells=cells)
+            parts.append(html)
+            pics.append(pic)
+        elif item.figure.draw is not None:
+            parts += [tag("h3", item.figure.caption), note("No rows: the cells hold no windows this figure draws.")]
         else:
             columns = list(dict.fromkeys(k for row in item.rows for k in row))
             parts += [tag("h3", item.figure.caption),
                       table(columns, [[_shown(row.get(c)) for c in columns] for row in item.rows]) if item.rows
                       else note("No rows: the cells hold no windows this table counts.")]
         parts.append(tag("p", csv_link, class_="note"))
-    return join(parts)
+    return join(parts), pics
+
+
+def explorers_section(study: StudyData) -> Html:
+    """One window explorer per cell with records, one shown at a time (the picker chooses; a chart click or a shared
+    link shows the cell it names)."""
+    if study.books:
+        return join([tag("h2", "Windows"), note("A books study has no windows: each cell's nv-recall is in its own report.")])
+    picker = tag("select", *(tag("option", cell.name, value=str(key)) for key, cell in enumerate(study.cells)),
+                 class_="explorer-picker", aria_label="cell")
+    sections = [explorer_section(load_run(cell.folder), key, hidden=key > 0) for key, cell in enumerate(study.cells)]
+    return join([tag("h2", "Windows"), tag("p", tag("label", "cell: ", picker)), *sections])
 
 
 def _shown(value: Any) -> Any:
     return "—" if value is None else f"{value:.4g}" if isinstance(value, float) else value
 
 
-def study_section(folder: Path) -> tuple[Html, list[Picture], str, list[Reproduced]]:
+@dataclass(frozen=True)
+class StudySection:
+    """What the study page is made of."""
+
+    body: Html
+    pictures: list[Picture]
+    """The static files of every chart (paper figures and axis charts)."""
+    table_csv: str
+    reproduced: list[Reproduced]
+    explorers: bool
+    """Whether the page has window explorers (not for a study of books runs)."""
+
+
+def study_section(folder: Path) -> StudySection:
     """The study's HTML section, its figures, its CSV and the papers' figures it reproduces."""
     study = load_study_data(folder)
     axes, rows = study.axes, study_rows(study)
     reproduced = reproduce(study)
+    cells = {} if study.books else {cell.name: key for key, cell in enumerate(study.cells)}
     metrics = list(dict.fromkeys(k for row in rows for k in row if k not in axes and k != "cell"))
     columns = ["cell", *axes, *metrics]
     shown = [[row.get(c) if not isinstance(row.get(c), float) else f"{row[c]:.4g}" for c in columns] for row in rows]
-    pics = axis_pictures(axes, [m for m in metrics if "token_evals" not in m], rows)
+    papers, pics = paper_section(reproduced, cells)
+    drawn = axis_charts(axes, [m for m in metrics if "token_evals" not in m], rows)
     body = join([
         tag("h2", f"Study: {len(rows)} cells over {', '.join(axes) or 'named cells'}"),
         note(f"One row per cell ({layout.CELLS}/NAME, an ordinary books run folder). Per book: Phase 1 success and attempts, "
@@ -140,8 +185,11 @@ def study_section(folder: Path) -> tuple[Html, list[Picture], str, list[Reproduc
         note(f"One row per cell ({layout.CELLS}/NAME, an ordinary run folder). Rates are shares of windows; "
              f"token evaluations are per window (CBS paper App. C.3). The same table is in {layout.STUDY_TABLE}."),
         table(columns, [["—" if v is None else v for v in r] for r in shown]),
-        paper_section(reproduced),
+        papers,
         tag("h2", "Every number against every axis"),
-        join(figure_html(pic) for pic in pics),
+        join(html for html, _ in drawn) if drawn else note(
+            "No grid axis is numeric (named cells, or settings such as a pruning rule), so there is no number to draw "
+            "against one; the table above compares the cells."),
+        explorers_section(study),
     ])
-    return body, pics, csv_text(columns, rows), reproduced
+    return StudySection(body, pics + [pic for _, pic in drawn], csv_text(columns, rows), reproduced, not study.books)

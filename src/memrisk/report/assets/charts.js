@@ -1,6 +1,7 @@
 /* memrisk charts: draws every Vega-Lite spec of the page (JSON script elements of class memrisk-chart) with Vega-Embed,
    inlined before this script. A chart whose element names an explorer (data-explorer K) opens the window of a clicked
-   point there. The action menu offers PNG and SVG export only (the editor link would leave the page). */
+   point there; on a study page (data-cells, cell name → K) the point's cell names the explorer. The action menu offers
+   PNG and SVG export only (the editor link would leave the page). */
 (function () {
   "use strict";
   document.querySelectorAll("script.memrisk-chart").forEach((script) => {
@@ -8,11 +9,13 @@
     const spec = JSON.parse(script.textContent);
     const options = { renderer: "svg", actions: { export: true, source: false, compiled: false, editor: false } };
     vegaEmbed(target, spec, options).then((result) => {
-      const key = script.dataset.explorer;
-      if (key !== undefined) {
+      const cells = script.dataset.cells ? JSON.parse(script.dataset.cells) : null;
+      const explorerOf = (datum) => (cells ? cells[datum.cell] : script.dataset.explorer);
+      if (cells || script.dataset.explorer !== undefined) {
         result.view.addEventListener("click", (event, item) => {
-          if (item && item.datum && item.datum.id !== undefined && window.memriskOpenWindow) {
-            window.memriskOpenWindow(key, item.datum.id);
+          const datum = item && item.datum;
+          if (datum && datum.id !== undefined && explorerOf(datum) !== undefined && window.memriskOpenWindow) {
+            window.memriskOpenWindow(String(explorerOf(datum)), String(datum.id));
           }
         });
       }

@@ -204,22 +204,45 @@
     });
   };
 
+  /* A study page shows one cell's explorer at a time (select.explorer-picker); showing another redraws its table,
+     which Tabulator cannot lay out while hidden. */
+  function show(key) {
+    const picker = document.querySelector("select.explorer-picker");
+    if (!picker) return;
+    picker.value = key;
+    Object.values(explorers).forEach((explorer) => {
+      const hidden = explorer.key !== key;
+      if (explorer.root.hidden !== hidden) {
+        explorer.root.hidden = hidden;
+        if (!hidden) explorer.built.then(() => explorer.table.redraw(true));
+      }
+    });
+  }
+
+  function reveal(explorer, id, remember) {
+    show(explorer.key);
+    explorer.open(id, remember);
+    explorer.root.scrollIntoView();
+  }
+
   function fromFragment() {
     const hash = decodeURIComponent(location.hash.slice(1));
     if (!hash.startsWith(PREFIX)) return;
     const rest = hash.slice(PREFIX.length), colon = rest.indexOf(":");
     const explorer = explorers[rest.slice(0, colon)];
-    if (explorer) { explorer.open(rest.slice(colon + 1), false); explorer.root.scrollIntoView(); }
+    if (explorer) reveal(explorer, rest.slice(colon + 1), false);
   }
 
   window.memriskOpenWindow = function (key, id) {
     const explorer = explorers[key];
-    if (explorer) { explorer.open(id, true); explorer.root.scrollIntoView(); }
+    if (explorer) reveal(explorer, id, true);
   };
 
   const loading = Array.from(document.querySelectorAll("script.memrisk-explorer-data")).map((script) =>
     inflate(script.textContent).then((data) => { explorers[script.dataset.key] = new Explorer(script.dataset.key, data); }));
   Promise.all(loading).then(() => {
+    const picker = document.querySelector("select.explorer-picker");
+    if (picker) picker.addEventListener("change", () => show(picker.value));
     window.addEventListener("hashchange", fromFragment);
     fromFragment();
   }).catch((error) => console.error("the window explorer could not read its data: " + error));

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memrisk.report.markup import Picture, picture
 from memrisk.report.paper import books, cbs, npaper, prior_aware
-from memrisk.report.paper.base import PaperFigure, Rows
+from memrisk.report.paper.base import PaperFigure, Rows, Spec
 from memrisk.report.study_data import StudyData
 
 FIGURES: tuple[PaperFigure, ...] = (*cbs.FIGURES, *npaper.FIGURES, *prior_aware.FIGURES, *books.FIGURES)
@@ -14,11 +13,11 @@ FIGURES: tuple[PaperFigure, ...] = (*cbs.FIGURES, *npaper.FIGURES, *prior_aware.
 
 @dataclass(frozen=True)
 class Reproduced:
-    """One paper figure as this study draws it: its rows and, for a figure with rows, its picture."""
+    """One paper figure as this study draws it: its rows and, for a figure with rows, its Vega-Lite spec."""
 
     figure: PaperFigure
     rows: Rows
-    picture: Picture | None
+    spec: Spec | None
 
 
 def reproduce(study: StudyData) -> list[Reproduced]:
@@ -29,6 +28,5 @@ def reproduce(study: StudyData) -> list[Reproduced]:
         if (figure.paper == books.PAPER) != study.books or not figure.applies(study):
             continue
         rows = figure.rows(study)
-        drawn = picture(figure.slug, figure.caption, figure.draw(rows)) if figure.draw is not None and rows else None
-        out.append(Reproduced(figure, rows, drawn))
+        out.append(Reproduced(figure, rows, figure.draw(rows) if figure.draw is not None and rows else None))
     return out

@@ -1,7 +1,9 @@
 """A figure or table of one of the papers, reproduced from a study: when it applies, the rows behind it, and how it is drawn.
 
 Each one writes `figures/<slug>.csv` (its rows) and, when it is a figure, `figures/<slug>.png`/`.svg`;
-the study page shows it under its caption, which names the paper and the figure or table number.
+the study page shows it under its caption, which names the paper and the figure or table number. A figure is a
+Vega-Lite spec (built with Altair), drawn interactively on the page and as PNG/SVG by vl-convert. A row that is one
+window carries its `cell` (name) and `id` (example id), so a click on its mark opens it in that cell's explorer.
 """
 
 from __future__ import annotations
@@ -11,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-
 from memrisk.report.study_data import StudyData
 
 Rows = list[dict[str, Any]]
+Spec = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,8 @@ class PaperFigure:
     """Whether the study has what it needs (e.g. a beam-width axis and CBS in every cell)."""
     rows: Callable[[StudyData], Rows]
     """The data behind it, one dict per plotted point or table row (written as CSV)."""
-    draw: Callable[[Rows], Figure] | None = None
-    """The picture from those rows; None for a table, which the page shows as rows."""
+    draw: Callable[[Rows], Spec] | None = None
+    """The chart from those rows, a Vega-Lite spec; None for a table, which the page shows as rows."""
 
     @property
     def caption(self) -> str:
