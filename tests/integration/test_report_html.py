@@ -117,13 +117,12 @@ def test_report_is_written_into_the_run_folder_with_figures(report: Path) -> Non
         assert {f"{name}.png", f"{name}.svg"} <= figures
     assert "prior-aware.png" not in figures
     page = report.read_text(encoding="utf-8")
-    images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(images) == 2, "the ε-shell figures; the others are interactive charts"
-    assert page.count('class="memrisk-chart"') == 5
-    assert all(f'id="chart-{name}"' in page for name in ("scatter", "rates", "ccdf", "np-curves", "book-heatmap"))
-    assert all(base64.b64decode(data).startswith(b"\x89PNG") for data in images)
-    assert (report.parent / "figures" / "scatter.svg").read_bytes().lstrip().startswith(b"<svg")  # from vl-convert
-    assert (report.parent / "figures" / "shell-heatmap.svg").read_bytes().lstrip().startswith(b"<?xml")  # from matplotlib
+    assert "data:image/png;base64," not in page, "every figure is an interactive chart"
+    charted = ("scatter", "rates", "ccdf", "np-curves", "book-heatmap", "shell-heatmap", "shell-violins")
+    assert page.count('class="memrisk-chart"') == len(charted) and all(f'id="chart-{name}"' in page for name in charted)
+    for name in charted:  # static files drawn by vl-convert from the same spec
+        assert (report.parent / "figures" / f"{name}.svg").read_bytes().lstrip().startswith(b"<svg")
+        assert (report.parent / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_report_is_self_contained_and_escapes_every_text(report: Path) -> None:
@@ -134,6 +133,8 @@ def test_report_is_self_contained_and_escapes_every_text(report: Path) -> None:
                        '<script type="application/json" class="memrisk-chart" data-target="chart-ccdf">',
                        '<script type="application/json" class="memrisk-chart" data-target="chart-np-curves">',
                        '<script type="application/json" class="memrisk-chart" data-target="chart-book-heatmap" data-explorer="0">',
+                       '<script type="application/json" class="memrisk-chart" data-target="chart-shell-heatmap" data-explorer="0">',
+                       '<script type="application/json" class="memrisk-chart" data-target="chart-shell-violins">',
                        '<script type="application/gzip+base64" class="memrisk-explorer-data" data-key="0">', *["<script>"] * 4], \
         "only the chart's spec, the explorer's data and four inline scripts (Tabulator, explorer.js, Vega-Embed, charts.js)"
     for name in ("explorer.js", "tabulator.min.js", "charts.js"):
@@ -273,9 +274,6 @@ def test_figures_render_degenerate_inputs_without_warnings() -> None:
     no_rates = metrics.extraction_rates(metrics.run_arrays(pa.table({}), parse_config(config(["probabilistic", "cbs"]))), 1e-3)
     blank = metrics.BookHeatmap("book", "$doc$", 2, np.zeros(5), np.zeros(5))
     drawn = [
-        figures.shell_heatmap_figure(np.empty((0, 3))),
-        figures.shell_violin_figure(np.empty((0, 3)), [None] * 3),
-        figures.shell_violin_figure(zeros, metrics.medians(zeros)),
         figures.position_heatmap_figure([blank], 1e-3, "LB"),
         figures.position_heatmap_figure([], 1e-3, "LB"),
     ]
@@ -297,6 +295,9 @@ def test_figures_render_degenerate_inputs_without_warnings() -> None:
                                  np.array([True, False]), 1e-3, 2.0, "nothing finite"),
         charts.prior_aware_chart(ids[:1], ids[:1], np.array(["control"]), np.array([-5.0]), np.array([-2.0]), np.array([True]),
                                  0.0, 0.0, "no lines"),
+        charts.shell_heatmap_chart(ids[:0], ids[:0], np.empty((0, 3)), "no extracted window"),
+        charts.shell_violin_chart(np.empty((0, 3)), [None] * 3, "no extracted window"),
+        charts.shell_violin_chart(zeros, metrics.medians(zeros), "one value per shell"),
     ]
     for spec in specs:
         png, svg = charts.render(spec)
@@ -373,7 +374,8 @@ def test_report_of_a_real_run(tmp_path, word_model) -> None:
     })
     run_experiment(run, tmp_path / "out", model=word_model, progress=False)
     page = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
-    assert page.count("data:image/png;base64,") == 2 and 'id="chart-scatter"' in page and "Run: word-model" in page
+    assert "data:image/png;base64," not in page and 'id="chart-scatter"' in page and 'id="chart-shell-heatmap"' in page
+    assert "Run: word-model" in page
     a = metrics.run_arrays(RecordStore.existing(tmp_path / "out").read_records(), run)
     shares = rules.shell_shares(a.lower, run.tau_min)
     assert shares.shape[0] >= 2, "the run extracts some windows near-verbatim"
@@ -442,10 +444,10 @@ def test_report_in_headless_chromium(served: str, browser: Any, tmp_path) -> Non
     images = browser.execute_script(
         "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
     )
-    assert len(images) == 2 and all(done and width > 0 and height > 0 for done, width, height in images)
+    assert images == [], "every figure is an interactive chart"
     assert browser.execute_script("return document.querySelectorAll('[onerror], iframe, object').length") == 0
-    assert browser.execute_script("return document.querySelectorAll('script').length") == 10, "charts and explorer, data and scripts"
-    assert browser.execute_script("return Array.from(document.querySelectorAll('div.chart')).map(c => c.dataset.ready)") == ["true"] * 5
+    assert browser.execute_script("return document.querySelectorAll('script').length") == 12, "charts and explorer, data and scripts"
+    assert browser.execute_script("return Array.from(document.querySelectorAll('div.chart')).map(c => c.dataset.ready)") == ["true"] * 7
     body = browser.execute_script("return document.body.innerText")
     assert SCRIPT in body and IMG in body and MODEL in body
     with pytest.raises(NoAlertPresentException):

@@ -219,3 +219,44 @@ def book_heatmap_chart(heatmaps: list[BookHeatmap], example_id: np.ndarray, tau:
     layered = alt.layer(text, cells, data=alt.Data(values=rows)).properties(width=760, height=44)
     return layered.facet(row=alt.Row("document:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left"))).resolve_scale(
         x="independent").properties(title=title).to_dict()
+
+
+def shell_heatmap_chart(example_id: np.ndarray, dataset: np.ndarray, shares: np.ndarray, title: str) -> dict[str, Any]:
+    """CBS §F.1.3: per extracted window (rows, sorted by verbatim share) the share of LB_E in each ε-shell (columns,
+    eqs. 51–53); hover a cell for the window and its share, click it to open the window."""
+    order = np.argsort(-shares[:, 0], kind="stable") if shares.shape[0] else np.empty(0, dtype=int)
+    rows = [{"rank": rank, "id": str(example_id[i]), "dataset": str(dataset[i]), "shell": eps, "share": float(shares[i, eps])}
+            for rank, i in enumerate(order) for eps in range(shares.shape[1])]
+    cells = alt.Chart(alt.Data(values=rows)).mark_rect().encode(
+        x=alt.X("shell:O", title="ε-shell (0 = verbatim mass LB_0)", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("rank:O", title=f"{shares.shape[0]} extracted windows, by verbatim share", axis=alt.Axis(labels=False, ticks=False)),
+        color=alt.Color("share:Q", title="share of LB_E", scale=alt.Scale(scheme="viridis", domain=[0, 1])),
+        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", alt.Tooltip("shell:O", title="ε-shell"),
+                 alt.Tooltip("share:Q", title="share of LB_E", format=".1%")],
+    )
+    return cells.properties(width=300, height=max(160, min(600, 4 * shares.shape[0])), title=title).to_dict()
+
+
+def shell_violin_chart(shares: np.ndarray, medians: list[float | None], title: str) -> dict[str, Any]:
+    """CBS Figs. 4 and 11 in one run: the distribution of each ε-shell's share of LB_E over the extracted windows, as a
+    violin per shell (kernel density, bandwidth 0.03) with its median as a rule; hover gives the median and the count."""
+    rows = [{"shell": eps, "share": float(v)} for eps in range(shares.shape[1]) for v in shares[:, eps]]
+    summary = [{"shell": eps, "median": m, "label": f"median {m:.1%}", "windows": int(shares.shape[0])}
+               for eps, m in enumerate(medians) if m is not None]
+    def column(eps: int) -> alt.LayerChart:
+        share = alt.Y("share:Q", title="share of LB_E" if eps == 0 else None, scale=alt.Scale(domain=[0, 1]),
+                      axis=alt.Axis(format="%", labels=eps == 0))
+        violin = alt.Chart(alt.Data(values=rows)).transform_filter(f"datum.shell == {eps}").transform_density(
+            "share", as_=["share", "density"], extent=[0, 1], bandwidth=0.03,
+        ).mark_area(orient="horizontal", opacity=0.6).encode(
+            y=share, x=alt.X("density:Q", stack="center", impute=None, title=None, axis=alt.Axis(labels=False, ticks=False, grid=False)))
+        median = alt.Chart(alt.Data(values=summary)).transform_filter(f"datum.shell == {eps}").mark_tick(
+            color="black", thickness=2, size=40).encode(
+            y=alt.Y("median:Q", scale=alt.Scale(domain=[0, 1]), axis=None),
+            tooltip=[alt.Tooltip("shell:O", title="ε-shell"), alt.Tooltip("median:Q", title="median share", format=".1%"),
+                     alt.Tooltip("windows:Q", title="extracted windows")])
+        return alt.layer(violin, median, median.mark_text(dx=22, dy=-8, fontSize=10).encode(text="label:N")).properties(
+            width=70, height=260, title=f"shell {eps}")
+
+    columns = [column(eps) for eps in range(shares.shape[1])]
+    return alt.hconcat(*columns, spacing=4).properties(title=title).to_dict()

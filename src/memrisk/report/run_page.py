@@ -21,8 +21,8 @@ from memrisk.models.backend import load_model
 from memrisk.report import charts, explorer, figures, metrics
 from memrisk.report.explorer import Pieces
 from memrisk.report.markup import (
-    LIST_LIMIT, Html, Picture, capped, chart, count_rate, figure_html, inline_diff_html, join, log10_text, mass_text,
-    note, packed_json_script, pct, picture, table, tag,
+    LIST_LIMIT, Html, Picture, capped, chart, count_rate, inline_diff_html, join, log10_text, mass_text,
+    note, packed_json_script, pct, table, tag,
 )
 from memrisk.report.text import pa_budget, token_eval_rows
 from memrisk.store import RecordStore
@@ -259,24 +259,28 @@ def interactive_charts(run: Run, prefix: str, key: int) -> tuple[list[Html], lis
         drawn.append(chart(spec, f"{prefix}book-heatmap", f"Max extraction probability per character over the suffixes "
                            f"covering it (log scale, white below τ_min = {tau:g}); {len(shown)} of {len(maps)} documents, "
                            "most windows first. Hover a cell for its characters and window; click it to open the window.", key))
+    if run.near_verbatim:
+        drawn += shell_charts(run, prefix, key)
     return [html for html, _ in drawn], [pic for _, pic in drawn]
 
 
-def near_verbatim_pictures(run: Run, prefix: str) -> list[Picture]:
-    """The ε-shell figures of the target windows (the scatter and the mass-gain CCDF are interactive charts)."""
-    t, tau = run.role("target"), run.tau
-    shares = rules.shell_shares(t.lower, tau)
+def shell_charts(run: Run, prefix: str, key: int) -> list[tuple[Html, Picture]]:
+    """The ε-shell charts of the extracted target windows (CBS §F.1.3): a heatmap whose cells open their windows in
+    explorer `key`, and the shares' distributions per shell."""
+    t = run.role("target")
+    extracted = rules.cbs_extracted(t.lower[:, -1], run.tau)
+    shares = rules.shell_shares(t.lower, run.tau)
+    if not shares.shape[0]:
+        return []
     return [
-        picture(f"{prefix}shell-heatmap", "Per extracted target sequence, the share of its lower bound in each ε-shell, "
-                "sorted by verbatim share.", figures.shell_heatmap_figure(shares)),
-        picture(f"{prefix}shell-violins", "Distribution of the ε-shell shares over the extracted target sequences; "
-                "dots and labels are medians.", figures.shell_violin_figure(shares, metrics.medians(shares))),
+        chart(charts.shell_heatmap_chart(t.example_id[extracted], t.dataset[extracted], shares,
+                                         f"{run.label}: ε-shells of the extracted windows"), f"{prefix}shell-heatmap",
+              f"Per extracted target window ({run.near_label} ≥ τ_min), the share of its lower bound in each ε-shell, sorted "
+              "by verbatim share. Hover a cell for the window; click it to open the window.", key),
+        chart(charts.shell_violin_chart(shares, metrics.medians(shares), f"{run.label}: ε-shell shares"), f"{prefix}shell-violins",
+              "Distribution of the ε-shell shares over the extracted target windows (kernel density); the black tick "
+              "and its label are the median."),
     ]
-
-
-def run_pictures(run: Run, prefix: str) -> list[Picture]:
-    """The run's static figures, the ε-shells (the other figures are `interactive_charts`)."""
-    return near_verbatim_pictures(run, prefix) if run.near_verbatim else []
 
 
 def best_candidate(run: Run, row: dict[str, Any]) -> dict[str, Any] | None:
@@ -492,9 +496,7 @@ def run_section(run: Run, prefix: str, key: int = 0) -> tuple[Html, list[Picture
     if run.near_verbatim:
         parts.append(near_verbatim_tables(run))
     interactive, pics = interactive_charts(run, prefix, key)
-    static = run_pictures(run, prefix)
-    pics += static
-    parts += [tag("h3", "Figures"), *interactive, *map(figure_html, static), sequences_section(run)]
+    parts += [tag("h3", "Figures"), *interactive, sequences_section(run)]
     if run.prior_aware:
         section, prior_pics = prior_aware_section(run, prefix, key)
         parts.append(section)
