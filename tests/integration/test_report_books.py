@@ -16,10 +16,12 @@ import pytest
 
 from memrisk import cli
 from memrisk.books.config import parse_books_config
+from memrisk.books.nvrecall import PASSES
 from memrisk.books.providers import ChatResponse, GenerationSettings, Usage
 from memrisk.books.run import run_books
 from memrisk.report import books
 from memrisk.report.html import write_report
+from memrisk.report.figures import COLOURS
 from memrisk.report.markup import money, pct
 from memrisk.summary import rebuild_summary
 from tests.integration import test_report_html as shared
@@ -124,7 +126,12 @@ def test_the_fake_run_has_refusals_stops_and_extraction(books_run) -> None:
 def test_report_escapes_refusal_and_generated_text(books_run, page: str) -> None:
     out, summary = books_run
     assert SCRIPT in (out / "books" / "beta.2" / "generation.txt").read_text(encoding="utf-8")
-    assert SCRIPT not in page and "<script" not in page.lower()
+    assert SCRIPT not in page
+    scripts = re.findall(r"<script[^>]*>", page, flags=re.IGNORECASE)
+    assert set(scripts) == {'<script type="application/json" class="memrisk-chart" data-target="chart-books-nv-recall">',
+                            '<script type="application/json" class="memrisk-chart" data-target="chart-books-heatmap">',
+                            *(f'<script type="application/json" class="memrisk-chart" data-target="chart-books-merges-{b["name"]}">'
+                              for b in summary["books"]), "<script>"}, "the charts' specs and the inline Vega-Embed and charts.js"
     excerpts = [m["excerpt"] for m in books.match_rows(summary)]
     assert page.count(html.escape(SCRIPT)) == sum(SCRIPT in e for e in excerpts) >= 2
     text = visible_text(page)
@@ -162,10 +169,12 @@ def test_cost_total_is_the_sum_of_the_books(books_run, page: str) -> None:
 
 def test_figures_and_links_exist(books_run, page: str) -> None:
     out, summary = books_run
-    for name in ("books-nv-recall", "books-heatmap"):
+    charted = ["books-nv-recall", "books-heatmap", *(f"books-merges-{book['name']}" for book in summary["books"])]
+    for name in charted:
         assert (out / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
         assert b"<svg" in (out / "figures" / f"{name}.svg").read_bytes()
-    assert page.count("data:image/png;base64,") == 2
+        assert f'id="chart-{name}"' in page
+    assert "data:image/png;base64," not in page, "every figure is an interactive chart"
     links = re.findall(r'href="([^"]+)"', page)
     for book in summary["books"]:
         assert f"books/{book['name']}/diff.html" in links and f"books/{book['name']}/generation.txt" in links
@@ -181,6 +190,26 @@ def test_heatmap_strips_and_matches_follow_the_blocks(books_run) -> None:
     assert strips[0].book_words == alpha["book_words"] and strips[0].covered >= alpha["matched"]
     matches = books.match_rows(summary)
     assert {(m["book"], m["source"], m["kind"]) for m in matches} >= {("alpha", "phase 2", "refusal"), ("beta.2", "phase 2", "stop")}
+
+
+def test_books_view_marks_what_nv_recall_counted(books_run, page: str) -> None:
+    """The books view's text marks exactly the words nv-recall counted (per block, its verbatim words), every final block
+    has an anchor, and the merges chart's counted runs sum to the matched words."""
+    out, summary = books_run
+    for book in summary["books"]:
+        nv = book["nv_recall"]
+        section = page[page.index(f"<h4>{html.escape(book['name'])}</h4>"):]
+        section = section[section.index('class="text book-text"'):]
+        section = section[:section.index("</div>")]
+        matched = sum(len(words.split()) for words in re.findall(r'<span class="book-matched"[^>]*>([^<]*)</span>', section))
+        assert matched == nv["matched"]
+        assert [int(i) for i in re.findall(rf'id="book-{re.escape(book["name"])}-block-(\d+)"', section)] == list(range(len(nv["blocks"])))
+        spec = json.loads(re.search(rf'data-target="chart-books-merges-{re.escape(book["name"])}">(.*?)</script>', page).group(1))
+        rows = next(iter(spec["datasets"].values())) if "datasets" in spec else spec["data"]["values"]
+        final = [r for r in rows if r["stage"].startswith(f"pass {len(PASSES)}")]
+        assert [(r["start"], r["end"] - r["start"], r["matched"]) for r in final] == \
+            [(b["book_start"], b["book_span"], b["matched"]) for b in nv["blocks"]]
+        assert all(r["kept"] == "counted by nv-recall" and r["anchor"].startswith("book-") for r in final)
 
 
 def test_cli_report_of_a_books_run(books_run, capsys) -> None:
@@ -212,7 +241,7 @@ def test_cli_report_of_books_and_record_runs_together(books_run, tmp_path, capsy
     assert text.index("Run: tiny <b>model</b>") < text.index("Books run: openai:fake-model")
     assert "Comparison of runs" not in text and SCRIPT not in page
     diffs = [link for link in re.findall(r'href="([^"]+)"', page) if link.endswith("diff.html")]
-    assert len(diffs) == 2 and all((report.parent / link).resolve().is_file() for link in diffs)
+    assert len(set(diffs)) == 2 and all((report.parent / link).resolve().is_file() for link in diffs)
     assert {"rates.png", "run2-books-heatmap.png", "run2-books-nv-recall.svg"} <= {p.name for p in (run / "figures").iterdir()}
 
 
@@ -220,16 +249,30 @@ def test_cli_report_of_books_and_record_runs_together(books_run, tmp_path, capsy
 def test_books_report_in_headless_chromium(books_run, page: str, browser: Any, tmp_path) -> None:
     from selenium.common.exceptions import NoAlertPresentException
 
-    out, _ = books_run
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    out, summary = books_run
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(out)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         browser.get(f"http://127.0.0.1:{server.server_address[1]}/report.html")
-        images = browser.execute_script("return Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
-        assert len(images) == 2 and all(done and width > 0 for done, width in images)
-        assert browser.execute_script("return document.querySelectorAll('script, [onerror], iframe, object').length") == 0
+        assert browser.execute_script("return document.images.length") == 0
+        assert browser.execute_script("return document.querySelectorAll('[onerror], iframe, object').length") == 0
+        charts = 2 + len(summary["books"])
+        WebDriverWait(browser, 30).until(lambda b: b.execute_script(
+            "return Array.from(document.querySelectorAll('div.chart')).filter(c => c.dataset.ready === 'true').length") == charts)
         assert SCRIPT in browser.execute_script("return document.body.innerText")
+        block = next(b for b in summary["books"] if b["nv_recall"]["blocks"])["name"]
+        browser.execute_script("document.getElementById(arguments[0]).scrollIntoView()", f"chart-books-merges-{block}")
+        chart = browser.find_element(By.ID, f"chart-books-merges-{block}")
+        mark = chart.find_element(By.CSS_SELECTOR, f"path[fill='{COLOURS['red']}']")
+        ActionChains(browser).move_to_element(mark).click().perform()
+        anchor = f"book-{block}-block-0"
+        WebDriverWait(browser, 10).until(lambda b: b.execute_script(
+            "const r = document.getElementById(arguments[0]).getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight", anchor))
         with pytest.raises(NoAlertPresentException):
             _ = browser.switch_to.alert
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -97,6 +97,8 @@ class NVRecall:
     book_words: int
     generated_words: int
     passes: tuple[tuple[int, int, int], ...]
+    stages: tuple[tuple[Block, ...], ...]
+    """The blocks before the passes (verbatim runs) and after each merge-and-filter pass; the last are `blocks`."""
 
     @property
     def signature(self) -> str:
@@ -121,8 +123,10 @@ def nv_recall(
     if not book_words:
         raise MemriskError("the book text has no words")
     blocks = [Block(i, j, k, k, k) for i, j, k in matching_blocks(book_words, generated_words)]
+    stages = [tuple(blocks)]
     for max_gap, max_misalignment, min_length in passes:
         blocks = keep_long(merge(blocks, max_gap, max_misalignment), min_length)
+        stages.append(tuple(blocks))
     matched = sum(b.matched for b in blocks)
     return NVRecall(
         matched=matched,
@@ -134,4 +138,5 @@ def nv_recall(
         book_words=len(book_words),
         generated_words=len(generated_words),
         passes=tuple(tuple(p) for p in passes),
+        stages=tuple(stages),
     )

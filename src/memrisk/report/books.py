@@ -1,10 +1,14 @@
 """Report metrics of a books run (`books_summary.json`): pure functions, the summary dict in, rows and
-figure data out (Books paper Tables 1, 5–10 and Fig. 5)."""
+figure data out (Books paper Tables 1, 5–10 and Fig. 5), and the books view's classes of a book's words under
+nv-recall's merge passes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from memrisk.books.nvrecall import Block
 
 
 PHASES = ("phase1", "phase2")
@@ -101,3 +105,60 @@ def chapter_totals(per_chapter: dict[str, Any], book_words: int) -> dict[str, An
         "matches": sum(len(p["matches"]) for p in phase2), "matched": per_chapter["matched"],
         "missing": book_words - per_chapter["matched"],
     }
+
+
+MATCHED, MERGED, SHORT, OUTSIDE = "matched", "merged", "short", "outside"
+"""Classes of a book's words in the books view: counted by nv-recall (inside a verbatim run that every pass kept),
+stitched over by a merge (inside a kept block, not counted), in a verbatim run a pass dropped, or none of these."""
+
+
+def counted_runs(stages: Sequence[Sequence[Block]]) -> list[list[Block]]:
+    """Per stage, its blocks that end up inside a final block: a pass merges consecutive blocks and drops whole merged
+    blocks, so a block is counted exactly when a counted block of the next stage contains it (Books Algorithm 1)."""
+    kept = [list(stages[-1])]
+    for stage in reversed(stages[:-1]):
+        above = kept[0]
+        kept.insert(0, [b for b in stage if any(a.book_start <= b.book_start and b.book_end <= a.book_end for a in above)])
+    return kept
+
+
+def word_classes(book_words: int, stages: Sequence[Sequence[Block]]) -> list[str]:
+    """The class of every word of the book (MATCHED, MERGED, SHORT, OUTSIDE), from nv-recall's stages."""
+    classes = [OUTSIDE] * book_words
+    for run in stages[0]:
+        classes[run.book_start:run.book_end] = [SHORT] * run.book_span
+    for block in stages[-1]:
+        classes[block.book_start:block.book_end] = [MERGED] * block.book_span
+    for run in counted_runs(stages)[0]:
+        classes[run.book_start:run.book_end] = [MATCHED] * run.book_span
+    return classes
+
+
+@dataclass(frozen=True)
+class TextPiece:
+    """Words [start, end) of the book of one class, inside final block `block` (its index) or None; `skipped` marks a
+    stretch of OUTSIDE words far from every block, shown as its word count."""
+
+    kind: str
+    start: int
+    end: int
+    block: int | None
+    skipped: bool = False
+
+
+def text_pieces(classes: Sequence[str], blocks: Sequence[Block], context: int) -> list[TextPiece]:
+    """The book as runs of one class; OUTSIDE words more than `context` words away from every final block are skipped."""
+    near = [False] * len(classes)
+    owner: list[int | None] = [None] * len(classes)
+    for index, block in enumerate(blocks):
+        near[max(0, block.book_start - context):block.book_end + context] = [True] * (
+            min(len(classes), block.book_end + context) - max(0, block.book_start - context))
+        owner[block.book_start:block.book_end] = [index] * block.book_span
+    pieces: list[TextPiece] = []
+    start = 0
+    for i in range(1, len(classes) + 1):
+        if i < len(classes) and (classes[i], owner[i], near[i]) == (classes[start], owner[start], near[start]):
+            continue
+        pieces.append(TextPiece(classes[start], start, i, owner[start], skipped=classes[start] == OUTSIDE and not near[start]))
+        start = i
+    return pieces

@@ -13,6 +13,7 @@ import altair as alt
 import numpy as np
 
 from memrisk import rules
+from memrisk.report.books import RecallBar, Strip
 from memrisk.report.figures import COLOURS
 from memrisk.report.metrics import CCDF_POINTS, BookHeatmap, pooled_argmax
 
@@ -260,3 +261,50 @@ def shell_violin_chart(shares: np.ndarray, medians: list[float | None], title: s
 
     columns = [column(eps) for eps in range(shares.shape[1])]
     return alt.hconcat(*columns, spacing=4).properties(title=title).to_dict()
+
+
+def nv_recall_chart(bars: list[RecallBar], title: str) -> dict[str, Any]:
+    """nv-recall per book (Books paper Fig. 5's numbers) as bars, the per-chapter union beside it where the run has one;
+    hover gives the matched words of the book's words."""
+    rows = [{"book": bar.name, "generation": kind, "nv_recall": 100.0 * value}
+            for bar in bars for kind, value in (("whole book", bar.nv_recall), ("per-chapter union", bar.per_chapter))
+            if value is not None]
+    kinds = alt.selection_point(fields=["generation"], bind="legend")
+    return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
+        y=alt.Y("book:N", title=None), yOffset="generation:N",
+        x=alt.X("nv_recall:Q", title="nv-recall, % of the book's words", scale=alt.Scale(domain=[0, 100])),
+        color=alt.Color("generation:N", title="generation"), opacity=alt.condition(kinds, alt.value(1.0), alt.value(0.15)),
+        tooltip=["book:N", "generation:N", alt.Tooltip("nv_recall:Q", title="nv-recall, %", format=".2f")],
+    ).add_params(kinds).properties(width=460, title=title).to_dict()
+
+
+def book_strips_chart(strips: list[Strip], title: str) -> dict[str, Any]:
+    """Books paper Fig. 5: per book a strip over its words with the near-verbatim blocks nv-recall kept; hover a block
+    for its words."""
+    rows = []
+    for strip in strips:
+        label = f"{strip.label}: {strip.covered} of {strip.book_words} words"
+        rows.append({"book": label, "start": 0, "end": strip.book_words, "block": False})
+        rows += [{"book": label, "start": start, "end": start + span, "words": span, "block": True} for start, span in strip.spans]
+    base = alt.Chart(alt.Data(values=rows)).encode(
+        x=alt.X("start:Q", title="word position in the book"), x2="end:Q", y=alt.Y("book:N", title=None, axis=alt.Axis(labelLimit=400)))
+    book = base.mark_rect(color="#eeeeee").transform_filter("!datum.block")
+    blocks = base.mark_rect(color=COLOURS["red"]).transform_filter("datum.block").encode(
+        tooltip=["book:N", alt.Tooltip("start:Q", title="from word"), alt.Tooltip("end:Q", title="to word"),
+                 alt.Tooltip("words:Q", title="words in the block")])
+    return alt.layer(book, blocks).properties(width=760, title=title).interactive(bind_y=False).to_dict()
+
+
+def merge_stages_chart(stages: list[dict[str, Any]], title: str) -> dict[str, Any]:
+    """nv-recall's merges for one book (Books Algorithm 1): a row per stage (verbatim runs, then each merge-and-filter
+    pass) with its blocks over the book's words; hover a block for its words in the book and the generation, click it
+    to scroll the book's text to it. `stages` rows: stage, start, end, g_start, g_end, matched, words, anchor."""
+    order = list(dict.fromkeys(row["stage"] for row in stages))
+    return alt.Chart(alt.Data(values=stages)).mark_rect(stroke="white", strokeWidth=0.3).encode(
+        x=alt.X("start:Q", title="word position in the book"), x2="end:Q", y=alt.Y("stage:N", title=None, sort=order, axis=alt.Axis(labelLimit=400)),
+        color=alt.Color("kept:N", title="block", scale=alt.Scale(domain=["counted by nv-recall", "dropped by a later pass"],
+                                                                   range=[COLOURS["red"], "#bbbbbb"])),
+        tooltip=["stage:N", alt.Tooltip("start:Q", title="book from word"), alt.Tooltip("end:Q", title="book to word"),
+                 alt.Tooltip("g_start:Q", title="generation from word"), alt.Tooltip("g_end:Q", title="generation to word"),
+                 alt.Tooltip("matched:Q", title="verbatim words"), alt.Tooltip("words:N", title="begins")],
+    ).properties(width=760, title=title).interactive(bind_y=False).to_dict()

@@ -76,9 +76,10 @@ def write_report(run_dirs: list[Path], out: Path | None = None, formats: Sequenc
         sections.append(section)
         pics += run_pics
     write_pictures(store, pics, formats)
-    interactive = any(r.arrays.count for r in record_runs)  # a run with records has an explorer and charts
+    explorer = any(r.arrays.count for r in record_runs)  # a run with records has an explorer and charts
+    drawn = explorer or len(record_runs) < len(runs)  # so does a books run
     title = "memrisk report: " + ", ".join(f"{r.store.root.resolve().name} ({r.label})" for r in runs)
-    return store.write_text(layout.REPORT, page(title, join(sections), explorer=interactive, charts=interactive))
+    return store.write_text(layout.REPORT, page(title, join(sections), explorer=explorer, charts=drawn))
 
 
 def write_study_report(folder: Path, out: Path | None = None, formats: Sequence[str] = STATIC_FORMATS) -> Path:

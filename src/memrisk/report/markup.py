@@ -39,6 +39,9 @@ figcaption{font-size:.85em;color:#555;max-width:640px}.note{color:#555;font-size
 .window-detail{border:1px solid #ccc;padding:.5em 1em;margin-top:1em;min-height:3em}.window-detail h4{margin:.3em 0}
 .tok{border-right:1px dotted #ccc}.strip{margin:.2em 0;font-family:ui-monospace,monospace;font-size:.85em}
 .prob{display:inline-block;padding:0 .1em;white-space:pre}.candidates td{vertical-align:middle}
+.book-text{max-height:32em;overflow-y:auto;border:1px solid #eee;padding:.5em;line-height:1.6}.book-matched{background:#d8f0d8}
+.book-merged{background:#fff3c4}.book-short{background:#dce5f4}.book-outside{color:#666}.skip{color:#999;font-style:italic}
+.flash{outline:2px solid #d62728}
 """
 
 

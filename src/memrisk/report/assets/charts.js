@@ -1,7 +1,8 @@
 /* memrisk charts: draws every Vega-Lite spec of the page (JSON script elements of class memrisk-chart) with Vega-Embed,
    inlined before this script. A chart whose element names an explorer (data-explorer K) opens the window of a clicked
-   point there; on a study page (data-cells, cell name → K) the point's cell names the explorer. The action menu offers
-   PNG and SVG export only (the editor link would leave the page). */
+   point there; on a study page (data-cells, cell name → K) the point's cell names the explorer. A mark whose datum has
+   an `anchor` (a books view block) scrolls to that element of the page. The action menu offers PNG and SVG export only
+   (the editor link would leave the page). */
 (function () {
   "use strict";
   document.querySelectorAll("script.memrisk-chart").forEach((script) => {
@@ -9,6 +10,14 @@
     const spec = JSON.parse(script.textContent);
     const options = { renderer: "svg", actions: { export: true, source: false, compiled: false, editor: false } };
     vegaEmbed(target, spec, options).then((result) => {
+      result.view.addEventListener("click", (event, item) => {
+        const anchor = item && item.datum && item.datum.anchor && document.getElementById(item.datum.anchor);
+        if (anchor) {
+          anchor.scrollIntoView({ block: "center" });
+          anchor.classList.add("flash");
+          setTimeout(() => anchor.classList.remove("flash"), 1500);
+        }
+      });
       const cells = script.dataset.cells ? JSON.parse(script.dataset.cells) : null;
       const explorerOf = (datum) => (cells ? cells[datum.cell] : script.dataset.explorer);
       if (cells || script.dataset.explorer !== undefined) {
