@@ -166,8 +166,9 @@ def test_tables_hold_the_known_counts(report: Path) -> None:
     assert "Any positive gain: 75.00% of 4 sequences" in text
     assert "missed by CBS" in text and "recovery ratio" in text
     rows = re.findall(r"<tr>(.*?)</tr>", report.read_text(encoding="utf-8"))
-    per_eps = [visible_text(r) for r in rows if r.startswith("<td class=\"num\">") and r.count("<td") == 7]
-    assert per_eps == ["0100034", "1110124", "2121114"]
+    per_eps = [visible_text(r) for r in rows if r.startswith("<td class=\"num\">") and r.count("<td") == 8]
+    assert per_eps == ["0100034" + "1/2 (50.00%)", "1110124" + "1/2 (50.00%)", "2121114" + "1/2 (50.00%)"], \
+        "verdicts per ε, and the one control with LB_ε ≥ τ of two beside them"
 
 
 def row_texts(page: str) -> list[list[str]]:
@@ -310,6 +311,8 @@ def test_report_without_cbs_or_greedy(tmp_path) -> None:
     page = path.read_text(encoding="utf-8")
     assert page.count("data:image/png;base64,") == 0 and 'id="chart-np-curves"' in page and 'id="chart-scatter"' not in page
     assert "Top unlocked" not in page and "Top extracted target sequences" in page
+    assert "No CBS Fig. 3 scatter, mass-gain CCDF or ε-shell charts: they need p_z (probabilistic) and CBS bounds (cbs), " \
+           "and this run's methods are probabilistic." in visible_text(page), "an empty section says why"
 
 
 def test_report_of_a_run_without_records(tmp_path) -> None:

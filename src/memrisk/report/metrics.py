@@ -172,10 +172,6 @@ def gain_table(lower: np.ndarray, tau: float) -> dict[str, Any]:
     }
 
 
-
-
-
-
 def medians(shares: np.ndarray) -> list[float | None]:
     """Median of every column (None for no rows)."""
     if shares.shape[0] == 0:

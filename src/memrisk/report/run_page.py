@@ -193,24 +193,36 @@ def certificate_table(run: Run) -> Html:
 
 
 def near_verbatim_tables(run: Run) -> Html:
-    """Target sequences: verdicts per ε, mass-gain CCDF points, shell-share medians, verbatim recovery."""
+    """Target sequences: verdicts per ε, mass-gain CCDF points, shell-share medians, verbatim recovery; the negative
+    controls' counts beside the targets' where the run has controls."""
     t, tau, label = run.role("target"), run.tau, run.near_label
     gain = metrics.gain_table(t.lower, tau)
     shares = rules.shell_shares(t.lower, tau)
     rec = rules.recovery(t.example_id, t.log_p, t.lower[:, 0], tau)
     per_eps = metrics.verdicts_by_epsilon(t.log_p, t.lower, tau)
     ratio = "—" if rec["ratio"] is None else f"{rec['ratio']:.3f}"
+    c = run.role("control")
+    header = ["ε", "verbatim (p_z ≥ τ; blue)", "near-verbatim only (p_z < τ ≤ LB_ε)", "of which p_z = 0 (red)",
+              "of which 0 < p_z < τ (orange)", "not extracted", "sequences"]
+    rows = [[e, u["verbatim"], u["near_verbatim"], u["near_verbatim_p_z_zero"], u["near_verbatim_p_z_positive"],
+             u["not_extracted"], u["total"]] for e, u in enumerate(per_eps)]
+    gain_header, gain_rows = ["Δ ≥", "% of all sequences", "% of the extracted set"], [
+        [x, pct(gain["population"][x]), pct(gain["extracted"][x])] for x in gain["population"]]
+    if c.count:
+        header.append("negative controls with LB_ε ≥ τ")
+        for e, row in enumerate(rows):
+            row.append(count_rate(int(rules.cbs_extracted(c.lower[:, e], tau).sum()), c.count))
+        control_gain = metrics.gain_table(c.lower, tau)["population"]
+        gain_header.append(f"% of all {c.count} negative controls")
+        for row in gain_rows:
+            row.append(pct(control_gain[row[0]]))
     return join([
         tag("h3", "Target sequences per ε: verbatim, near-verbatim only (unlocked), not extracted"),
-        table(["ε", "verbatim (p_z ≥ τ; blue)", "near-verbatim only (p_z < τ ≤ LB_ε)", "of which p_z = 0 (red)",
-               "of which 0 < p_z < τ (orange)", "not extracted", "sequences"],
-              [(e, u["verbatim"], u["near_verbatim"], u["near_verbatim_p_z_zero"], u["near_verbatim_p_z_positive"],
-                u["not_extracted"], u["total"]) for e, u in enumerate(per_eps)]),
+        table(header, rows),
         tag("h3", f"Mass gain Δ = {label} − LB_0"),
         note(f"Any positive gain: {pct(gain['any_gain'])} of {gain['population_count']} sequences. "
              f"Extracted set: {label} ≥ τ_min ({gain['extracted_count']} sequences)."),
-        table(["Δ ≥", "% of all sequences", "% of the extracted set"],
-              [(x, pct(gain["population"][x]), pct(gain["extracted"][x])) for x in gain["population"]]),
+        table(gain_header, gain_rows),
         tag("h3", "ε-shell shares of the extracted set"),
         table(["ε-shell", *range(t.lower.shape[1])], [["median share (0: verbatim share LB_0 / LB_E)", *map(pct, metrics.medians(shares))]]),
         tag("h3", "Recovery of verbatim extraction by CBS"),
@@ -262,6 +274,23 @@ def interactive_charts(run: Run, prefix: str, key: int) -> tuple[list[Html], lis
     if run.near_verbatim:
         drawn += shell_charts(run, prefix, key)
     return [html for html, _ in drawn], [pic for _, pic in drawn]
+
+
+def charts_left_out(run: Run) -> list[str]:
+    """Why each chart the run's page does not draw is left out (an empty section says why it is empty)."""
+    methods = ", ".join(run.config.methods)
+    out = []
+    if not run.near_verbatim:
+        out.append(f"No CBS Fig. 3 scatter, mass-gain CCDF or ε-shell charts: they need p_z (probabilistic) and CBS bounds "
+                   f"(cbs), and this run's methods are {methods}.")
+    elif not rules.cbs_extracted(run.role("target").lower[:, -1], run.tau).any():
+        out.append(f"No ε-shell charts: no target window has {run.near_label} ≥ τ_min = {run.tau:g}, so there are no "
+                   "shares to draw.")
+    if run.arrays.log_p is None:
+        out.append(f"No (n,p) curves: they need p_z (probabilistic), and this run's methods are {methods}.")
+    if run.config.windows.mode != "book":
+        out.append("No book heatmap: windows in doc mode do not tile a text (windows: {mode: book} does).")
+    return out
 
 
 def shell_charts(run: Run, prefix: str, key: int) -> list[tuple[Html, Picture]]:
@@ -496,7 +525,7 @@ def run_section(run: Run, prefix: str, key: int = 0) -> tuple[Html, list[Picture
     if run.near_verbatim:
         parts.append(near_verbatim_tables(run))
     interactive, pics = interactive_charts(run, prefix, key)
-    parts += [tag("h3", "Figures"), *interactive, sequences_section(run)]
+    parts += [tag("h3", "Figures"), *interactive, *map(note, charts_left_out(run)), sequences_section(run)]
     if run.prior_aware:
         section, prior_pics = prior_aware_section(run, prefix, key)
         parts.append(section)
