@@ -103,6 +103,12 @@ def test_a_real_runs_explorer_diffs_by_token_with_the_runs_tokenizer(tmp_path, m
             assert apply(detail["target"], changes) == stored["tokens"] and levenshtein == stored["levenshtein"]
             assert log10_p == round(100 * stored["log_p"] / math.log(10))
     assert any(detail["candidates"] for detail in data["details"]), "some window has CBS candidates within ε"
+    versions = json.loads((tmp_path / "out" / "versions.json").read_text(encoding="utf-8"))
+    assert versions["model"]["loaded_from"] == str(model_dir)
+    config_file = tmp_path / "out" / "config.yaml"  # a study's cell names its model demo:SIZE, which no loader reads
+    config_file.write_text(config_file.read_text(encoding="utf-8").replace(str(model_dir), "demo:small"), encoding="utf-8")
+    renamed = write_report([tmp_path / "out"]).read_text(encoding="utf-8")
+    assert "Diffs are by token." in renamed, "the tokenizer is read from the folder versions.json says the weights came from"
 
 
 def _shot(driver: Any, folder: Path, name: str, whole_page: bool = True) -> None:

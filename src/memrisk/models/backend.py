@@ -216,11 +216,13 @@ class LanguageModel:
         return anchor, self.decode(anchor)
 
     def describe(self) -> dict[str, Any]:
-        """Provenance of the model for records: name, revision, commit, dtype, device, attention, size,
-        whether it runs compiled and accelerate's device map when its layers are spread over devices."""
+        """Provenance of the model for records: name, where its weights were loaded from (a hub id or a folder), revision,
+        commit, dtype, device, attention, size, whether it runs compiled and accelerate's device map when its layers are
+        spread over devices."""
         config = self.model.config
         return {
             "name": str(self.name),
+            "loaded_from": getattr(config, "_name_or_path", None) or None,
             "revision": self.revision,
             "commit_hash": getattr(config, "_commit_hash", None),
             "architecture": type(self.model).__name__,

@@ -475,9 +475,16 @@ def prior_aware_section(run: Run, prefix: str, key: int) -> tuple[Html, list[Pic
     return join(parts), pics
 
 
-def token_pieces(config: ExperimentConfig) -> tuple[Pieces | None, str | None]:
-    """Each token id's text under the run's tokenizer (read without the weights), or None and why it cannot be read."""
-    return _tokenizer_pieces(config.model.name, config.model.revision, config.model.gguf_file)
+def token_pieces(run: Run) -> tuple[Pieces | None, str | None]:
+    """Each token id's text under the run's tokenizer (read without the weights), or None and why it cannot be read.
+    A model name that is no folder or hub id (a study's `demo:small`) is read from the folder its weights were loaded
+    from, as versions.json records it."""
+    model = run.config.model
+    pieces, problem = _tokenizer_pieces(model.name, model.revision, model.gguf_file)
+    loaded_from = run.versions.get("model", {}).get("loaded_from")
+    if pieces is None and loaded_from and loaded_from != model.name and Path(loaded_from).is_dir():
+        return _tokenizer_pieces(loaded_from, model.revision, model.gguf_file)
+    return pieces, problem
 
 
 @functools.cache
@@ -493,7 +500,7 @@ def _tokenizer_pieces(name: str, revision: str | None, gguf_file: str | None) ->
 def explorer_section(run: Run, key: int, hidden: bool = False) -> Html:
     """The window explorer: every window in a table that sorts and filters, and the window a click opens (`hidden`: one
     of a study's explorers, shown when its cell is picked)."""
-    pieces, problem = token_pieces(run.config)
+    pieces, problem = token_pieces(run)
     data = explorer.explorer_data(run.config, run.arrays, run.table.to_pylist(), pieces)
     unit = "token" if pieces is not None else f"character (the tokenizer could not be read: {problem})"
     tools = tag("div", tag("input", type="search", class_="explorer-search", placeholder="search windows by text or id",
