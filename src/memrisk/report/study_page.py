@@ -88,7 +88,7 @@ def axis_chart(axis: str, others: list[str], metric: str, rows: list[MetricRow])
         points.append({"cell": row["cell"], "setting": setting, "x": row[axis], "y": row[metric]})
     settings = alt.selection_point(fields=["setting"], bind="legend")
     lines = alt.Chart(alt.Data(values=points)).mark_line(point=True).encode(
-        x=alt.X("x:Q", title=axis, scale=alt.Scale(zero=False)), y=alt.Y("y:Q", title=metric),
+        x=alt.X("x:Q", title=axis, scale=alt.Scale(zero=False, padding=16)), y=alt.Y("y:Q", title=metric, scale=alt.Scale(padding=16)),
         color=alt.Color("setting:N", title=", ".join(a.split(".")[-1] for a in others) or None,
                         legend=alt.Legend(orient="right") if others else None),
         opacity=alt.condition(settings, alt.value(1.0), alt.value(0.1)),
