@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import altair as alt
+
 from memrisk.report.study_data import StudyData
 
 Rows = list[dict[str, Any]]
@@ -55,3 +57,8 @@ def series_names(cells: Sequence[str], models: Sequence[str]) -> dict[str, str]:
     if len(set(shorts)) == 1 < len(cells):
         return dict(zip(cells, cells))
     return {cell: short if shorts.count(short) == 1 else f"{short} [{cell}]" for cell, short in zip(cells, shorts)}
+
+
+def legend_toggle(field: str) -> alt.Parameter:
+    """A selection bound to the legend of `field`: clicking an entry shows that series (the others fade)."""
+    return alt.selection_point(fields=[field], bind="legend")

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import altair as alt
 import numpy as np
-from matplotlib.figure import Figure
 
 from memrisk.books.powerlaw import FORM, fit_power_law, success_within
-from memrisk.report.figures import SERIES, new_figure
-from memrisk.report.paper.base import PaperFigure, Rows
+from memrisk.report.paper.base import PaperFigure, Rows, Spec, legend_toggle
 from memrisk.report.study_data import StudyCell, StudyData
 
 SETTING_KEYS = ("model.temperature", "model.max_tokens", "model.frequency_penalty", "model.presence_penalty",
@@ -72,22 +71,22 @@ def word_count_rows(study: StudyData) -> Rows:
             for row in table_rows(study)]
 
 
-def word_count_figure(rows: Rows) -> Figure:
-    """One panel per book: m, missing and additional bars per model, |B| dotted (Books Figs. 7, 12, 13)."""
-    books = list(dict.fromkeys(r["book"] for r in rows))
-    fig = new_figure(3.4 * len(books), 3.4)
-    axes = fig.subplots(1, len(books), squeeze=False)[0]
-    for ax, book in zip(axes, books):
-        part = [r for r in rows if r["book"] == book]
-        x = np.arange(len(part))
-        for i, (key, color) in enumerate((("matched", SERIES[0]), ("missing", SERIES[1]), ("additional", SERIES[2]))):
-            ax.bar(x + (i - 1) * 0.27, [r[key] for r in part], 0.27, color=color, label=key)
-        ax.axhline(part[0]["book_words"], color="grey", linestyle=":", label="|B|")
-        ax.set_xticks(x, [r["model"] + ("" if r["phase1_success"] else " †") for r in part], rotation=30, ha="right", fontsize="small")
-        ax.set_title(book)
-        ax.set_ylabel("words")
-    axes[0].legend(fontsize="small")
-    return fig
+def word_count_figure(rows: Rows) -> Spec:
+    """One panel per book: m, missing and additional bars per model, |B| dotted (Books Figs. 7, 12, 13); a model whose
+    Phase 1 failed is marked †. Hover a bar for its count."""
+    bars = [{"book": r["book"], "model": r["model"] + ("" if r["phase1_success"] else " †"), "words": key, "count": r[key],
+             "book_words": r["book_words"]} for r in rows for key in ("matched", "missing", "additional")]
+    kinds = legend_toggle("words")
+    bar = alt.Chart().mark_bar().encode(
+        x=alt.X("model:N", title=None, axis=alt.Axis(labelAngle=-30)), xOffset=alt.XOffset("words:N", sort=["matched", "missing", "additional"]),
+        y=alt.Y("count:Q", title="words"), color=alt.Color("words:N", title="words", sort=["matched", "missing", "additional"]),
+        opacity=alt.condition(kinds, alt.value(1.0), alt.value(0.15)),
+        tooltip=["book:N", "model:N", "words:N", alt.Tooltip("count:Q", title="words"), alt.Tooltip("book_words:Q", title="|B|")],
+    ).add_params(kinds)
+    book = alt.Chart().mark_rule(strokeDash=[2, 3], color="grey").encode(y="book_words:Q", tooltip=[alt.Tooltip("book_words:Q", title="|B|")])
+    return alt.layer(bar, book, data=alt.Data(values=bars)).properties(width=alt.Step(18), height=220).facet(
+        column=alt.Column("book:N", title=None)).resolve_scale(x="independent").properties(
+        title="Words matched (m), missing and additional per model and book; dotted |B|; † Phase 1 failed").to_dict()
 
 
 def _sweep_keys(study: StudyData) -> list[str]:
@@ -112,20 +111,17 @@ def sweep_rows(study: StudyData) -> Rows:
             for cell in study.cells for book in book_entries(cell)]
 
 
-def sweep_figure(rows: Rows) -> Figure:
-    """nv-recall per book, one bar per setting (Books Fig. 9a)."""
-    books, settings = list(dict.fromkeys(r["book"] for r in rows)), list(dict.fromkeys(r["setting"] for r in rows))
-    fig = new_figure(max(5.0, 1.3 * len(books) * len(settings) / 2), 3.6)
-    ax = fig.add_subplot()
-    width = 0.8 / len(settings)
-    for i, label in enumerate(settings):
-        values = {r["book"]: r["nv_recall"] for r in rows if r["setting"] == label}
-        ax.bar(np.arange(len(books)) + (i - (len(settings) - 1) / 2) * width, [values.get(b, 0.0) for b in books], width,
-               color=SERIES[i % len(SERIES)], label=label)
-    ax.set_xticks(np.arange(len(books)), books)
-    ax.set_ylabel("nv-recall")
-    ax.legend(fontsize="small")
-    return fig
+def sweep_figure(rows: Rows) -> Spec:
+    """nv-recall per book, one bar per setting (Books Fig. 9a); hover a bar for the setting, its cell and m."""
+    settings = legend_toggle("setting")
+    return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
+        x=alt.X("book:N", title=None, axis=alt.Axis(labelAngle=0)), xOffset="setting:N",
+        y=alt.Y("nv_recall:Q", title="nv-recall", scale=alt.Scale(domain=[0, 1])), color=alt.Color("setting:N", title="setting"),
+        opacity=alt.condition(settings, alt.value(1.0), alt.value(0.15)),
+        tooltip=["book:N", "setting:N", "cell:N", alt.Tooltip("nv_recall:Q", title="nv-recall", format=".3f"),
+                 alt.Tooltip("matched:Q", title="matched words"), "phase1_success:N"],
+    ).add_params(settings).properties(width=max(240, 60 * len({r["book"] for r in rows})), height=240,
+                                      title="nv-recall per book and generation setting").to_dict()
 
 
 def best_rows(study: StudyData) -> Rows:
@@ -141,18 +137,24 @@ def best_rows(study: StudyData) -> Rows:
     return out
 
 
-def best_figure(rows: Rows) -> Figure:
+def best_figure(rows: Rows) -> Spec:
     """Per book the best nv-recall over the settings, and their mean ± standard deviation (Books Fig. 14)."""
-    fig = new_figure(max(4.5, 1.2 * len(rows)), 3.4)
-    ax = fig.add_subplot()
-    x = np.arange(len(rows))
-    ax.bar(x - 0.2, [r["best_nv_recall"] for r in rows], 0.4, color=SERIES[0], label="best setting")
-    ax.bar(x + 0.2, [r["mean_nv_recall"] for r in rows], 0.4, yerr=[r["std_nv_recall"] for r in rows], color=SERIES[1],
-           capsize=3, label="mean ± std over settings")
-    ax.set_xticks(x, [r["book"] for r in rows])
-    ax.set_ylabel("nv-recall")
-    ax.legend(fontsize="small")
-    return fig
+    bars = [{"book": r["book"], "statistic": label, "nv_recall": r[key], "low": r[key] - (r["std_nv_recall"] if error else 0.0),
+             "high": r[key] + (r["std_nv_recall"] if error else 0.0), "setting": r["best_setting"] if not error else f"{r['settings']} settings"}
+            for r in rows for label, key, error in (("best setting", "best_nv_recall", False),
+                                                     ("mean ± std over settings", "mean_nv_recall", True))]
+    statistics = legend_toggle("statistic")
+    bar = alt.Chart().mark_bar().encode(
+        x=alt.X("book:N", title=None, axis=alt.Axis(labelAngle=0)), xOffset="statistic:N",
+        y=alt.Y("nv_recall:Q", title="nv-recall"), color=alt.Color("statistic:N", title=None),
+        opacity=alt.condition(statistics, alt.value(1.0), alt.value(0.15)),
+        tooltip=["book:N", "statistic:N", "setting:N", alt.Tooltip("nv_recall:Q", title="nv-recall", format=".3f"),
+                 alt.Tooltip("low:Q", format=".3f"), alt.Tooltip("high:Q", format=".3f")],
+    ).add_params(statistics)
+    error = alt.Chart().mark_rule(color="black").encode(x="book:N", xOffset="statistic:N", y="low:Q", y2="high:Q").transform_filter(
+        "datum.low != datum.high")
+    return alt.layer(bar, error, data=alt.Data(values=bars)).properties(
+        width=max(200, 80 * len(rows)), height=240, title="Best setting's nv-recall against the mean ± std over settings").to_dict()
 
 
 def _bon_applies(study: StudyData) -> bool:
@@ -178,24 +180,25 @@ def bon_rows(study: StudyData) -> Rows:
     return rows
 
 
-def bon_figure(rows: Rows) -> Figure:
-    """Phase 1 success against N on a log axis, one line per model, the fitted power law dashed."""
-    fig = new_figure(5.4, 3.6)
-    ax = fig.add_subplot()
-    for i, model in enumerate(dict.fromkeys(r["model"] for r in rows)):
-        part = [r for r in rows if r["model"] == model]
-        color = SERIES[i % len(SERIES)]
-        ax.step([r["n"] for r in part], [r["success_rate"] for r in part], where="post", color=color, label=model)
-        if part[0]["fit_a"] is not None:
-            ax.plot([r["n"] for r in part], [r["fit_rate"] for r in part], "--", color=color,
-                    label=f"{model}: a = {part[0]['fit_a']:.3g}, b = {part[0]['fit_b']:.3g}")
-    ax.set_xscale("log")
-    ax.set_xlabel("N (Best-of-N attempts)")
-    ax.set_ylabel("Phase 1 success rate")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(FORM, fontsize="small")
-    ax.legend(fontsize="small")
-    return fig
+def bon_figure(rows: Rows) -> Spec:
+    """Phase 1 success against N on a log axis, one step line per model, the fitted power law dashed; hover gives the
+    succeeded probes as k of n and the fit's a and b."""
+    points = [r | {"series": r["model"], "within": f"{r['succeeded']} of {r['probes']}"} for r in rows]
+    fits = [r | {"series": r["model"], "fit": f"a = {r['fit_a']:.3g}, b = {r['fit_b']:.3g}"} for r in rows if r["fit_a"] is not None]
+    models = legend_toggle("series")
+    x = alt.X("n:Q", title="N (Best-of-N attempts)", scale=alt.Scale(type="log", domain=[1, max(r["n"] for r in rows)]),
+              axis=alt.Axis(format="~s"))
+    colour, opacity = alt.Color("series:N", title="model"), alt.condition(models, alt.value(1.0), alt.value(0.1))
+    measured = alt.Chart(alt.Data(values=points)).mark_line(interpolate="step-after", point=True).encode(
+        x=x, y=alt.Y("success_rate:Q", title="Phase 1 success rate", scale=alt.Scale(domain=[0, 1])), color=colour, opacity=opacity,
+        tooltip=["series:N", "n:Q", alt.Tooltip("success_rate:Q", title="success rate", format=".3f"),
+                 alt.Tooltip("within:N", title="probes succeeded")],
+    ).add_params(models)
+    fitted = alt.Chart(alt.Data(values=fits)).mark_line(strokeDash=[5, 3]).encode(
+        x=x, y="fit_rate:Q", color=colour, opacity=opacity,
+        tooltip=["series:N", alt.Tooltip("fit:N", title=FORM), "n:Q", alt.Tooltip("fit_rate:Q", title="fitted rate", format=".3f")])
+    return alt.layer(measured, fitted).properties(
+        width=420, height=260, title=f"Phase 1 success within N attempts; dashed: the fit {FORM}").interactive().to_dict()
 
 
 def _books(study: StudyData) -> bool:
