@@ -62,3 +62,7 @@ def series_names(cells: Sequence[str], models: Sequence[str]) -> dict[str, str]:
 def legend_toggle(field: str) -> alt.Parameter:
     """A selection bound to the legend of `field`: clicking an entry shows that series (the others fade)."""
     return alt.selection_point(fields=[field], bind="legend")
+
+
+PANEL_HEADER = alt.Header(labelFont="sans-serif", labelFontSize=12, labelFontWeight="bold")
+"""A facet's panel titles, in the charts' font."""

@@ -9,16 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import cycle
 from typing import Any
 
+import altair as alt
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from memrisk import rules
-from memrisk.report.figures import SERIES, new_figure, plain
-from memrisk.report.paper.base import PaperFigure, Rows, series_names, short_model
+from memrisk.report.paper.base import PANEL_HEADER, PaperFigure, Rows, Spec, legend_toggle, series_names, short_model
 from memrisk.report.study_data import StudyCell, StudyData
 
 PREFIX_KEYS = ("windows.prefix_length", "prior_aware.prefix_length")
@@ -54,31 +51,34 @@ def model_rows(study: StudyData) -> Rows:
     return rows
 
 
-def models_figure(rows: Rows) -> Figure:
+TESTS = ["extractable: P(s|p) > m", "PA-memorized: also P(s|p) / v̂_s > n"]
+
+
+def models_figure(rows: Rows) -> Spec:
     """PA paper Fig. 4: extractable (solid) and PA-memorized (dashed) counts per model, models by size, one colour per
-    dataset; the PA share (memorized / extractable) as thick lines on the right axis."""
+    dataset; beside it the PA share (memorized / extractable). Hover a point for its counts as k of n windows."""
     cells = sorted(dict.fromkeys(r["cell"] for r in rows), key=lambda c: next((r["parameters"], r["cell"]) for r in rows if r["cell"] == c))
     names = series_names(cells, [next(r["model"] for r in rows if r["cell"] == c) for c in cells])
-    fig = new_figure(9.6, 4.6)
-    ax = fig.add_subplot()
-    share_ax = ax.twinx()
-    for colour, dataset in zip(cycle(SERIES), dict.fromkeys(r["dataset"] for r in rows)):
-        part = {r["cell"]: r for r in rows if r["dataset"] == dataset}
-        x = [i for i, c in enumerate(cells) if c in part]
-        ax.plot(x, [part[cells[i]]["extractable"] for i in x], marker="o", color=colour, label=plain(f"{dataset}: extractable"))
-        ax.plot(x, [part[cells[i]]["pa_memorized"] for i in x], marker="s", ls="--", color=colour, label=plain(f"{dataset}: PA-memorized"))
-        shares = [(i, part[cells[i]]["pa_share"]) for i in x if part[cells[i]]["pa_share"] is not None]
-        share_ax.plot([i for i, _ in shares], [100.0 * s for _, s in shares], lw=4.0, alpha=0.35, color=colour,
-                      label=plain(f"{dataset}: PA share"))
-    ax.set_xticks(range(len(cells)), [plain(f"{names[c]}\n{_size(rows, c)}") for c in cells], fontsize=8,
-                  rotation=30 if len(cells) > 4 else 0, ha="right" if len(cells) > 4 else "center")
-    ax.set(xlabel="model (by parameter count)", ylabel="sequences")
-    ax.set_ylim(bottom=0.0)
-    share_ax.set_ylim(0.0, 105.0)
-    share_ax.set_ylabel("PA-memorized / extractable, %")
-    handles = [h for a in (ax, share_ax) for h in a.get_legend_handles_labels()[0]]
-    fig.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="outside right upper")  # never over the lines
-    return fig
+    order = [f"{names[c]} ({_size(rows, c)})" for c in cells]
+    points = [{"model": f"{names[r['cell']]} ({_size(rows, r['cell'])})", "cell": r["cell"], "dataset": r["dataset"], "test": test,
+               "sequences": r[key], "of": f"{r[key]} of {r['windows']} windows"}
+              for r in rows for test, key in zip(TESTS, ("extractable", "pa_memorized"))]
+    shares = [{"model": f"{names[r['cell']]} ({_size(rows, r['cell'])})", "dataset": r["dataset"], "share": 100.0 * r["pa_share"],
+               "of": f"{r['pa_memorized']} of {r['extractable']} extractable"} for r in rows if r["pa_share"] is not None]
+    datasets = legend_toggle("dataset")
+    model = alt.X("model:N", title="model (by parameter count)", sort=order, axis=alt.Axis(labelAngle=-30, labelLimit=220))
+    colour, opacity = alt.Color("dataset:N", title="dataset"), alt.condition(datasets, alt.value(1.0), alt.value(0.1))
+    counts = alt.Chart(alt.Data(values=points)).mark_line(point=True).encode(
+        x=model, y=alt.Y("sequences:Q", title="sequences", scale=alt.Scale(domainMin=0)), color=colour, opacity=opacity,
+        strokeDash=alt.StrokeDash("test:N", title="test", scale=alt.Scale(domain=TESTS, range=[[1, 0], [5, 3]]),
+                                  legend=alt.Legend(labelLimit=320)), detail="test:N",
+        tooltip=["model:N", "cell:N", "dataset:N", "test:N", alt.Tooltip("of:N", title="sequences")],
+    ).add_params(datasets).properties(width=max(260, 70 * len(cells)), height=260, title="(a) extractable and PA-memorized")
+    share = alt.Chart(alt.Data(values=shares)).mark_line(point=True, strokeWidth=3).encode(
+        x=model, y=alt.Y("share:Q", title="PA-memorized / extractable, %", scale=alt.Scale(domain=[0, 100])), color=colour,
+        opacity=opacity, tooltip=["model:N", "dataset:N", alt.Tooltip("share:Q", title="PA share, %", format=".1f"), "of:N"],
+    ).properties(width=max(260, 70 * len(cells)), height=260, title="(b) PA share")
+    return alt.hconcat(counts, share).properties(title="Extractable against PA-memorized sequences per model").to_dict()
 
 
 def _size(rows: Rows, cell: str) -> str:
@@ -102,33 +102,31 @@ def prefix_rows(study: StudyData) -> Rows:
             | pa_counts(cell, dataset) for cell in study.cells for dataset in study.target_datasets()]
 
 
-def prefix_figure(rows: Rows) -> Figure:
+def prefix_figure(rows: Rows) -> Spec:
     """PA paper Fig. 5: (a) extractable and (b) PA-memorized counts against the prefix length, a line per dataset (and
-    model, and the other length when it varies too)."""
+    model, and the other length when it varies too); hover a point for its counts as k of n windows."""
     axis = "prefix_length" if len({r["prefix_length"] for r in rows}) > 1 else "bank_prefix_length"
     other = "bank_prefix_length" if axis == "prefix_length" else "prefix_length"
     follows = all(r["bank_prefix_length"] == r["prefix_length"] for r in rows)
-    fig = new_figure(11.0, 4.2)
-    panels = fig.subplots(1, 2)
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["model"], row["dataset"], None if follows else row[other]), []).append(row)
-    models, others = {k[0] for k in groups}, {k[2] for k in groups}
-    for colour, ((model, dataset, length), part) in zip(cycle(SERIES), groups.items()):
-        part.sort(key=lambda r: r[axis])
-        label = ", ".join([dataset] + ([short_model(model)] if len(models) > 1 else [])
-                          + ([f"{other.replace('_', ' ')} {length}"] if len(others) > 1 else []))
-        for ax, count in zip(panels, ("extractable", "pa_memorized")):
-            ax.plot([r[axis] for r in part], [r[count] for r in part], marker="o", color=colour, label=plain(label))
-    xlabel = {"prefix_length": "prefix length a (tokens)", "bank_prefix_length": "bank prefix length (tokens)"}[axis]
-    xlabel += "; the bank's prefixes as long" if follows else ""
-    panels[0].set(title="(a) extractable: P(s|p) > m", xlabel=xlabel, ylabel="sequences")
-    panels[1].set(title="(b) PA-memorized: also P(s|p) / v̂_s > n", xlabel=xlabel, ylabel="sequences")
-    for ax in panels:
-        ax.set_ylim(bottom=0.0)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=7)
-    return fig
+    models, others = {r["model"] for r in rows}, {r[other] for r in rows}
+    points = []
+    for r in rows:
+        series = ", ".join([r["dataset"]] + ([short_model(r["model"])] if len(models) > 1 else [])
+                           + ([f"{other.replace('_', ' ')} {r[other]}"] if len(others) > 1 and not follows else []))
+        points += [{"series": series, "cell": r["cell"], "length": r[axis], "panel": panel, "sequences": r[key],
+                    "of": f"{r[key]} of {r['windows']} windows"}
+                   for panel, key in ((f"(a) {TESTS[0]}", "extractable"), (f"(b) {TESTS[1]}", "pa_memorized"))]
+    title = {"prefix_length": "prefix length a (tokens)", "bank_prefix_length": "bank prefix length (tokens)"}[axis]
+    title += "; the bank's prefixes as long" if follows else ""
+    series = legend_toggle("series")
+    chart = alt.Chart(alt.Data(values=points)).mark_line(point=True).encode(
+        x=alt.X("length:Q", title=title, axis=alt.Axis(tickMinStep=1, format="d"), scale=alt.Scale(zero=False, padding=12)),
+        y=alt.Y("sequences:Q", title="sequences", scale=alt.Scale(domainMin=0)), color=alt.Color("series:N", title="series"),
+        opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
+        tooltip=["series:N", "cell:N", alt.Tooltip("length:Q", title=axis.replace("_", " ")), alt.Tooltip("of:N", title="sequences")],
+    ).add_params(series).properties(width=300, height=240)
+    return chart.facet(column=alt.Column("panel:N", title=None, header=PANEL_HEADER)).properties(
+        title="Extractable and PA-memorized sequences against the prefix length").to_dict()
 
 
 @dataclass(frozen=True)
@@ -198,14 +196,16 @@ def _by_window(cells: Sequence[StudyCell], column: str, dataset: str) -> dict[st
 
 
 def sequence_rows(study: StudyData) -> Rows:
-    """Per composition and sequence (window): Eq. 6 and Eq. 7 over that sequence alone, means over the models (PA Fig. 3)."""
+    """Per composition and sequence (window): Eq. 6 and Eq. 7 over that sequence alone, means over the models (PA Fig. 3);
+    `cell` is the first model's cell, where the page opens the window."""
     rows = []
     for c in compositions(study):
         log_p, log_prior = _by_window(c.models, "pa_log_p", c.dataset), _by_window(c.models, "pa_log_prior", c.dataset)
         base = _by_window(c.baselines, "pa_log_p", c.dataset)
         for example, values in log_p.items():
             mean_p = _mean(values)
-            rows.append({"dataset": c.dataset, "exact": c.exact, "near": c.near, "example_id": example, "models": int(values.size),
+            rows.append({"dataset": c.dataset, "exact": c.exact, "near": c.near, "example_id": example, "cell": c.models[0].name,
+                         "models": int(values.size),
                          "mean_log_p": mean_p, "counterfactual": _gap(mean_p, _mean(base[example])),
                          "prior_aware": _gap(mean_p, _mean(log_prior[example]))})
     return rows
@@ -235,39 +235,50 @@ def _points(rows: Rows) -> tuple[list[float], list[float], list[dict[str, Any]]]
     return [r["counterfactual"] / LN10 for r in kept], [r["prior_aware"] / LN10 for r in kept], kept
 
 
-def _correlation_title(title: str, x: Sequence[float], y: Sequence[float]) -> str:
+def _correlation_title(title: str, x: Sequence[float], y: Sequence[float], left_out: int) -> list[str]:
     pearson, spearman = correlations(x, y)
     shown = "—" if pearson is None else f"Pearson {pearson:.3f}, Spearman {spearman:.3f}"
-    return f"{title}\n{len(x)} points: {shown}"
+    return [title, f"{len(x)} points: {shown}" + (f"; {left_out} with an undefined metric left out" if left_out else "")]
 
 
-def compositions_figure(rows: Rows) -> Figure:
-    """PA paper Fig. 2: counterfactual (x) against prior-aware memorization (y), log10, a point per composition."""
-    fig = new_figure(6.0, 4.8)
-    ax = fig.add_subplot()
+AXES = {"x": "counterfactual memorization, Eq. 6 (log10)", "y": "prior-aware memorization, Eq. 7 (log10)"}
+
+
+def compositions_figure(rows: Rows) -> Spec:
+    """PA paper Fig. 2: counterfactual (x) against prior-aware memorization (y), log10, a point per composition, labelled
+    (exact copies, near-duplicates); hover gives the composition, its windows and models."""
     x, y, kept = _points(rows)
-    ax.plot(x, y, color="#bbb", lw=0.8, zorder=1)
-    ax.scatter(x, y, s=36, color=SERIES[0], zorder=2)
-    for xi, yi, row in zip(x, y, kept):
-        ax.annotate(f"({row['exact']}, {row['near']})", (xi, yi), textcoords="offset points", xytext=(5, -10), fontsize=7)
-    ax.set(title=_correlation_title("means over models per (exact copies, near-duplicates)", x, y),
-           xlabel="counterfactual memorization, Eq. 6 (log10)", ylabel="prior-aware memorization, Eq. 7 (log10)")
-    return fig
+    points = [{"x": a, "y": b, "label": f"({r['exact']}, {r['near']})", "dataset": r["dataset"], "windows": r["windows"],
+               "models": r["models"], "baselines": r["baselines"]} for a, b, r in zip(x, y, kept)]
+    base = alt.Chart(alt.Data(values=points)).encode(
+        x=alt.X("x:Q", title=AXES["x"], scale=alt.Scale(zero=False, padding=16)),
+        y=alt.Y("y:Q", title=AXES["y"], scale=alt.Scale(zero=False, padding=16)))
+    line = base.mark_line(color="#bbb", strokeWidth=0.8)
+    dots = base.mark_circle(size=60).encode(tooltip=[
+        "dataset:N", alt.Tooltip("label:N", title="(exact, near)"), "windows:Q", "models:Q", "baselines:Q",
+        alt.Tooltip("x:Q", title="counterfactual (log10)", format=".3f"), alt.Tooltip("y:Q", title="prior-aware (log10)", format=".3f")])
+    labels = base.mark_text(dx=6, dy=10, align="left", fontSize=9).encode(text="label:N")
+    title = _correlation_title("means over models per (exact copies, near-duplicates)", x, y, len(rows) - len(kept))
+    return alt.layer(line, dots, labels).properties(width=420, height=340, title=title).interactive().to_dict()
 
 
-def sequences_figure(rows: Rows) -> Figure:
-    """PA paper Fig. 3: counterfactual against prior-aware memorization per sequence, coloured by exact copies."""
-    fig = new_figure(7.4, 4.8)
-    ax = fig.add_subplot()
+def sequences_figure(rows: Rows) -> Spec:
+    """PA paper Fig. 3: counterfactual against prior-aware memorization per sequence, coloured by exact copies; hover a
+    point for its window, click it to open the window in the explorer of the first model trained with its composition."""
     x, y, kept = _points(rows)
-    for colour, exact in zip(cycle(SERIES), sorted({r["exact"] for r in kept})):
-        chosen = [i for i, r in enumerate(kept) if r["exact"] == exact]
-        ax.scatter([x[i] for i in chosen], [y[i] for i in chosen], s=24, color=colour, label=f"{exact} exact copies")
-    if kept:
-        fig.legend(fontsize=7, loc="outside right upper")  # never over the points
-    ax.set(title=_correlation_title("one point per sequence and composition", x, y),
-           xlabel="counterfactual memorization, Eq. 6 (log10)", ylabel="prior-aware memorization, Eq. 7 (log10)")
-    return fig
+    points = [{"x": a, "y": b, "exact": f"{r['exact']} exact copies", "near": r["near"], "dataset": r["dataset"],
+               "id": str(r["example_id"]), "cell": r["cell"]} for a, b, r in zip(x, y, kept)]
+    copies = legend_toggle("exact")
+    chart = alt.Chart(alt.Data(values=points)).mark_circle(size=40).encode(
+        x=alt.X("x:Q", title=AXES["x"], scale=alt.Scale(zero=False, padding=16)),
+        y=alt.Y("y:Q", title=AXES["y"], scale=alt.Scale(zero=False, padding=16)),
+        color=alt.Color("exact:N", title="composition", sort=sorted({p["exact"] for p in points}, key=lambda e: int(e.split()[0]))),
+        opacity=alt.condition(copies, alt.value(0.85), alt.value(0.08)),
+        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "exact:N", alt.Tooltip("near:Q", title="near-duplicates"),
+                 alt.Tooltip("x:Q", title="counterfactual (log10)", format=".3f"), alt.Tooltip("y:Q", title="prior-aware (log10)", format=".3f")],
+    ).add_params(copies).interactive()
+    title = _correlation_title("one point per sequence and composition", x, y, len(rows) - len(kept))
+    return chart.properties(width=420, height=340, title=title).to_dict()
 
 
 FIGURES: tuple[PaperFigure, ...] = (
