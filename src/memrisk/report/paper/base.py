@@ -59,9 +59,11 @@ def series_names(cells: Sequence[str], models: Sequence[str]) -> dict[str, str]:
     return {cell: short if shorts.count(short) == 1 else f"{short} [{cell}]" for cell, short in zip(cells, shorts)}
 
 
-def legend_toggle(field: str) -> alt.Parameter:
-    """A selection bound to the legend of `field`: clicking an entry shows that series (the others fade)."""
-    return alt.selection_point(fields=[field], bind="legend")
+def legend_toggle(field: str, view: str = "") -> alt.Parameter:
+    """A selection bound to the legend of `field`: clicking an entry shows that series (the others fade). Two views of
+    one chart that toggle the same field need different `view` names (Altair names a selection by its definition)."""
+    name = "".join(c if c.isalnum() else "_" for c in f"toggle_{field}_{view}")
+    return alt.selection_point(fields=[field], bind="legend", name=name)
 
 
 PANEL_HEADER = alt.Header(labelFont="sans-serif", labelFontSize=12, labelFontWeight="bold")

@@ -7,18 +7,16 @@ p_z is always read as natural-log `log_p.<policy>` and compared in log space (me
 from __future__ import annotations
 
 import math
-from itertools import cycle
 from typing import Any
 
+import altair as alt
 import numpy as np
-from matplotlib.figure import Figure
 
 from memrisk import rules
 from memrisk.extraction.rates import is_extractable, p_reached
 from memrisk.methods.monte_carlo import estimates
-from memrisk.report.figures import SERIES, new_figure, np_curves_axes, plain
 from memrisk.report.metrics import np_curves
-from memrisk.report.paper.base import PaperFigure, Rows, series_names
+from memrisk.report.paper.base import PANEL_HEADER, PaperFigure, Rows, Spec, legend_toggle, series_names
 from memrisk.report.study_data import StudyCell, StudyData
 
 POLICY_PANEL_P = (0.1, 0.9)
@@ -27,7 +25,8 @@ HISTOGRAM_N = 100
 """Fig. 13's second row: the probability of sampling the suffix within n = 100 generations."""
 DUPLICATE_POINTS = ((10, 0.1), (1000, 0.1), (10, 0.9), (1000, 0.9))
 """The (n, p) settings Fig. 6 draws next to the greedy and p_z ≥ τ_min rates."""
-P_STYLES = ("-", "--", "-.", ":")
+GREEDY, MAX_RATE = "greedy (verbatim)", "max rate (p_z > 0)"
+"""The reference lines of an (n,p) panel: the greedy verbatim rate and the largest rate any n reaches."""
 
 
 def target_values(study: StudyData, cell: StudyCell, column: str) -> np.ndarray:
@@ -91,67 +90,99 @@ def _cell_names(curves: dict[tuple[str, str], dict[str, Any]]) -> dict[str, str]
     return series_names(cells, [next(e["model"] for (c, _), e in curves.items() if c == cell) for cell in cells])
 
 
-def grid_figure(rows: Rows) -> Figure:
-    """One (n,p) panel per cell (rows) and policy (columns): (n,p) paper Figs. 14–17, models × sampling schemes."""
+def curve_points(rows: Rows) -> list[dict[str, Any]]:
+    """The curves' rows as chart points: a series per p (`p = 0.1`), and the greedy and max rates as flat series at the
+    first and last n; each with the model's legend name, the rate in % and as k of n windows."""
     curves = curves_of(rows)
     names = _cell_names(curves)
-    policies = list(dict.fromkeys(policy for _, policy in curves))
-    fig = new_figure(4.4 * len(policies), 3.5 * len(names))
-    axes = fig.subplots(len(names), len(policies), squeeze=False)
-    for i, cell in enumerate(names):
-        for j, policy in enumerate(policies):
-            entry = curves.get((cell, policy))
-            if entry is None:
-                axes[i, j].set_axis_off()
-                continue
-            np_curves_axes(axes[i, j], f"{names[cell]}, {policy} ({entry['count']} windows)", entry)
-    return fig
+    points = []
+    for (cell, policy), entry in curves.items():
+        if not entry["count"]:
+            continue
+        base = {"cell": cell, "model": names[cell], "policy": policy, "windows": entry["count"]}
+        for p in entry["p_grid"]:
+            points += [base | {"series": f"p = {p:g}", "n": n, "rate": 100.0 * r, "of": f"{round(r * entry['count'])} of {entry['count']}"}
+                       for n, r in zip(entry["n_grid"], entry["rates"][f"{p:g}"])]
+        for series, value in ((GREEDY, entry["greedy"]), (MAX_RATE, entry["max_rate"])):
+            if value is not None:
+                points += [base | {"series": series, "n": n, "rate": 100.0 * value, "of": f"{round(value * entry['count'])} of {entry['count']}"}
+                           for n in (entry["n_grid"][0], entry["n_grid"][-1])]
+    return points
 
 
-def models_figure(rows: Rows) -> Figure:
-    """(n,p) paper Fig. 5: per policy one panel, a colour per model (cell), a line style per p, greedy rates as
-    thick translucent lines in the model's colour."""
-    curves = curves_of(rows)
-    names = _cell_names(curves)
-    policies = list(dict.fromkeys(policy for _, policy in curves))
-    fig = new_figure(6.8 * len(policies), 4.6)
-    for ax, policy in zip(fig.subplots(1, len(policies), squeeze=False)[0], policies):
-        for colour, cell in zip(cycle(SERIES), names):
-            entry = curves.get((cell, policy))
-            if entry is None or not entry["count"]:
-                continue
-            for style, p in zip(cycle(P_STYLES), entry["p_grid"]):
-                ax.plot(entry["n_grid"], [100.0 * r for r in entry["rates"][f"{p:g}"]], color=colour, ls=style,
-                        label=plain(f"{names[cell]}, p = {p:g}"))
-            if entry["greedy"] is not None:
-                ax.axhline(100.0 * entry["greedy"], color=colour, lw=3.0, alpha=0.35, label=plain(f"{names[cell]}: greedy"))
-        ax.set_xscale("log")
-        ax.set(title=plain(f"policy {policy}"), xlabel="n (number of generations)", ylabel="(n,p)-extraction rate, %")
-        ax.legend(fontsize=6, ncol=2)
-    return fig
+N_AXIS = alt.X("n:Q", scale=alt.Scale(type="log"), title="n (number of generations)",
+               axis=alt.Axis(format="~s", values=[10 ** k for k in range(7)]))
+RATE_AXIS = alt.Y("rate:Q", title="(n,p)-extraction rate, %", scale=alt.Scale(domain=[0, 100]))
+CURVE_TOOLTIP = ["model:N", "cell:N", "policy:N", "series:N", alt.Tooltip("n:Q", format=",.0f"),
+                 alt.Tooltip("rate:Q", title="rate, %", format=".2f"), alt.Tooltip("of:N", title="windows")]
 
 
-def policies_figure(rows: Rows) -> Figure:
-    """(n,p) paper Fig. 12: at p = 0.1 and p = 0.9 one panel each, a colour per policy and a line style per cell,
-    the greedy rates in black."""
-    curves = curves_of(rows)
-    names = _cell_names(curves)
-    colours = dict(zip(dict.fromkeys(policy for _, policy in curves), cycle(SERIES)))
-    styles = dict(zip(names, cycle(P_STYLES)))
-    fig = new_figure(13.0, 4.6)
-    for ax, p in zip(fig.subplots(1, len(POLICY_PANEL_P), squeeze=False)[0], POLICY_PANEL_P):
-        for (cell, policy), entry in curves.items():
-            if entry["count"] and f"{p:g}" in entry["rates"]:
-                label = f"{policy}, {names[cell]}" if len(names) > 1 else policy
-                ax.plot(entry["n_grid"], [100.0 * r for r in entry["rates"][f"{p:g}"]], color=colours[policy], ls=styles[cell],
-                        label=plain(label))
-        for cell, entry in {cell: e for (cell, _), e in curves.items() if e["greedy"] is not None}.items():
-            ax.axhline(100.0 * entry["greedy"], color="black", ls=styles[cell], lw=1.0,
-                       label=plain(f"greedy, {names[cell]}" if len(names) > 1 else "greedy"))
-        ax.set_xscale("log")
-        ax.set(title=f"p = {p:g}", xlabel="n (number of generations)", ylabel="(n,p)-extraction rate, %")
-        ax.legend(fontsize=7)
-    return fig
+def _reference_dash() -> alt.StrokeDash:
+    """Solid (n,p) curves, dashed greedy rate, dotted max rate."""
+    return alt.StrokeDash("kind:N", title="line", scale=alt.Scale(domain=["(n,p) curve", GREEDY, MAX_RATE], range=[[1, 0], [6, 3], [2, 2]]))
+
+
+def _with_kind(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p | {"kind": p["series"] if p["series"] in (GREEDY, MAX_RATE) else "(n,p) curve"} for p in points]
+
+
+def grid_figure(rows: Rows) -> Spec:
+    """One (n,p) panel per cell (rows) and policy (columns): (n,p) paper Figs. 14–17, models × sampling schemes; a colour
+    per p, the greedy rate dashed and the largest rate any n reaches dotted."""
+    points = _with_kind(curve_points(rows))
+    series = legend_toggle("series")
+    chart = alt.Chart().mark_line().encode(
+        x=N_AXIS, y=RATE_AXIS, color=alt.Color("series:N", title="series"), strokeDash=_reference_dash(),
+        opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)), tooltip=CURVE_TOOLTIP,
+    ).add_params(series).properties(width=260, height=200)
+    return alt.layer(chart, data=alt.Data(values=points)).facet(
+        row=alt.Row("model:N", title=None, header=PANEL_HEADER), column=alt.Column("policy:N", title=None, header=PANEL_HEADER),
+    ).properties(title="(n,p)-extraction rates: models (rows) × decoding policies (columns)").to_dict()
+
+
+def models_figure(rows: Rows) -> Spec:
+    """(n,p) paper Fig. 5: per policy one panel, a colour per model (cell), a line style per p, the greedy rate as a
+    thick translucent line in the model's colour."""
+    points = [p for p in curve_points(rows) if p["series"] != MAX_RATE]
+    models = legend_toggle("model")
+    curves = alt.Chart().mark_line().encode(
+        x=N_AXIS, y=RATE_AXIS, color=alt.Color("model:N", title="model"), strokeDash=alt.StrokeDash("series:N", title="p"),
+        opacity=alt.condition(models, alt.value(1.0), alt.value(0.1)), tooltip=CURVE_TOOLTIP,
+    ).transform_filter(f"datum.series != '{GREEDY}'").add_params(models)
+    greedy = alt.Chart().mark_line(strokeWidth=5, opacity=0.35).encode(
+        x=N_AXIS, y=RATE_AXIS, color="model:N", tooltip=CURVE_TOOLTIP).transform_filter(f"datum.series == '{GREEDY}'")
+    return alt.layer(curves, greedy, data=alt.Data(values=points)).properties(width=360, height=260).facet(
+        column=alt.Column("policy:N", title=None, header=PANEL_HEADER),
+    ).properties(title="(n,p)-extraction rates per model; thick translucent lines: greedy").to_dict()
+
+
+def policies_figure(rows: Rows) -> Spec:
+    """(n,p) paper Fig. 12: at p = 0.1 and p = 0.9 one panel each, a colour per policy and a line style per cell, the
+    greedy rates in black."""
+    shown = {f"p = {p:g}" for p in POLICY_PANEL_P}
+    points = []
+    for point in curve_points(rows):
+        if point["series"] in shown:
+            points.append(point | {"panel": point["series"], "line": point["policy"]})
+        elif point["series"] == GREEDY:
+            points += [point | {"panel": panel, "line": GREEDY} for panel in sorted(shown)]
+    policies = legend_toggle("line")
+    several = len({p["cell"] for p in points}) > 1
+    chart = alt.Chart().mark_line().encode(
+        x=N_AXIS, y=RATE_AXIS, detail="cell:N",
+        color=alt.Color("line:N", title="policy", scale=alt.Scale(domain=[*dict.fromkeys(p["policy"] for p in points), GREEDY],
+                                                                   range=[*_palette(len({p["policy"] for p in points})), "black"])),
+        strokeDash=alt.StrokeDash("model:N", title="model") if several else alt.value([1, 0]),
+        opacity=alt.condition(policies, alt.value(1.0), alt.value(0.1)), tooltip=CURVE_TOOLTIP,
+    ).add_params(policies).properties(width=360, height=260)
+    return alt.layer(chart, data=alt.Data(values=points)).facet(column=alt.Column("panel:N", title=None, header=PANEL_HEADER)).properties(
+        title="(n,p)-extraction rates of every decoding policy at p = 0.1 and p = 0.9; greedy in black").to_dict()
+
+
+def _palette(count: int) -> list[str]:
+    """`count` colours of Vega's category10 scheme, repeated as needed."""
+    colours = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac"]
+    return [colours[i % len(colours)] for i in range(count)]
 
 
 def pz_rows(study: StudyData) -> Rows:
@@ -170,26 +201,33 @@ def pz_rows(study: StudyData) -> Rows:
     return rows
 
 
-def histogram_figure(rows: Rows) -> Figure:
-    """(n,p) paper Fig. 13: a column per policy and per cell (model) two rows, the suffix perplexities and the
-    probabilities of sampling the suffix within n = 100 generations; windows with p_z = 0 are counted, not drawn."""
+def histogram_figure(rows: Rows) -> Spec:
+    """(n,p) paper Fig. 13: a panel per cell (model) and policy, the suffix perplexities (top) and the probabilities of
+    sampling the suffix within n = 100 generations (bottom); windows with p_z = 0 are counted in the panel's title."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["cell"], row["policy"]), []).append(row)
     cells = list(dict.fromkeys(c for c, _ in groups))
-    policies = list(dict.fromkeys(p for _, p in groups))
     names = series_names(cells, [groups[next(k for k in groups if k[0] == c)][0]["model"] for c in cells])
-    fig = new_figure(3.4 * len(policies), 5.6 * len(cells))
-    axes = fig.subplots(2 * len(cells), len(policies), squeeze=False)
+    values = []
     for (cell, policy), part in groups.items():
-        top, bottom = axes[2 * cells.index(cell), policies.index(policy)], axes[2 * cells.index(cell) + 1, policies.index(policy)]
         drawn = [r for r in part if r["log10_perplexity"] is not None]
-        top.hist([r["log10_perplexity"] for r in drawn], bins=20, color=SERIES[0])
-        bottom.hist([r[f"p_within_{HISTOGRAM_N}"] for r in drawn], bins=20, range=(0.0, 1.0), color=SERIES[2])
-        top.set(title=plain(f"{names[cell]}, {policy}\n{len(part) - len(drawn)} of {len(part)} with p_z = 0"),
-                xlabel="log10 perplexity of the suffix", ylabel="windows")
-        bottom.set(xlabel=f"P(sampled within n = {HISTOGRAM_N})", ylabel="windows")
-    return fig
+        panel = f"{names[cell]}, {policy}: {len(part) - len(drawn)} of {len(part)} with p_z = 0"
+        values += [{"panel": panel, "cell": cell, "perplexity": r["log10_perplexity"], "within": r[f"p_within_{HISTOGRAM_N}"]}
+                   for r in drawn]
+    columns = len({policy for _, policy in groups})
+
+    def histogram(field: str, title: str, extent: list[float] | None, colour: str) -> alt.FacetChart:
+        binned = alt.Bin(maxbins=20, extent=extent) if extent else alt.Bin(maxbins=20)
+        return alt.Chart(alt.Data(values=values)).mark_bar(color=colour).encode(
+            x=alt.X(f"{field}:Q", bin=binned, title=title), y=alt.Y("count():Q", title="windows"),
+            tooltip=["panel:N", alt.Tooltip(f"{field}:Q", bin=binned, title=title), alt.Tooltip("count():Q", title="windows")],
+        ).properties(width=200, height=140).facet(facet=alt.Facet("panel:N", title=None, header=PANEL_HEADER), columns=columns)
+
+    return alt.vconcat(histogram("perplexity", "log10 perplexity of the suffix", None, "#4c78a8"),
+                       histogram("within", f"P(sampled within n = {HISTOGRAM_N})", [0.0, 1.0], "#54a24b")).properties(
+        title="Target suffixes per policy and model: perplexity, and the probability of sampling them within "
+              f"{HISTOGRAM_N} generations").to_dict()
 
 
 def _mc_applies(study: StudyData) -> bool:
@@ -227,49 +265,59 @@ def sampling_rows(study: StudyData) -> Rows:
     return rows
 
 
-def sampling_figure(rows: Rows) -> Figure:
-    """(n,p) paper Fig. 2 at each budget N: p̂_z against p_z, empirical against theoretical p at n = N, and the mean
-    |p̂_z − p_z| per (cell, dataset) against N with the share of Wilson intervals that cover p_z."""
-    fig = new_figure(13.5, 4.2)
-    estimate_ax, p_ax, error_ax = fig.subplots(1, 3)
-    budgets = sorted({r["budget"] for r in rows})
-    for colour, budget in zip(cycle(SERIES), budgets):
-        part = [r for r in rows if r["budget"] == budget]
-        estimate_ax.scatter([r["p_z"] for r in part], [r["mc_estimate"] for r in part], s=12, alpha=0.6, color=colour, label=f"N = {budget:,}")
-        p_ax.scatter([r["theoretical_p"] for r in part], [r["empirical_p"] for r in part], s=12, alpha=0.6, color=colour, label=f"n = N = {budget:,}")
-    for ax in (estimate_ax, p_ax):
-        ax.plot([0.0, 1.0], [0.0, 1.0], ls="--", color="black", lw=0.8, label="y = x")
-        ax.set_xlim(-0.02, 1.02)
-        ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=7)
-    estimate_ax.set(title="p̂_z (ε = 0) against p_z", xlabel="p_z (teacher forcing)", ylabel="Monte Carlo p̂_z, N samples")
-    p_ax.set(title="Fig. 2: empirical against theoretical p", xlabel="theoretical p = 1 − (1 − p_z)^n",
-             ylabel="empirical p = 1 − (1 − p̂_z)^n")
-    _error_panel(error_ax, rows)
-    return fig
+def sampling_figure(rows: Rows) -> Spec:
+    """(n,p) paper Fig. 2 at each budget N: p̂_z against p_z, empirical against theoretical p at n = N (a point per
+    window; click it to open the window), and the mean |p̂_z − p_z| per (cell, dataset) against N with the share of
+    Wilson intervals that cover p_z."""
+    points = [{k: v for k, v in r.items() if k != "log_p"} | {"id": r["example_id"], "N": f"N = {r['budget']:,}"}
+              for r in rows]  # log p_z may be −inf, which JSON cannot hold; p_z carries it
+    diagonal = alt.Chart(alt.Data(values=[{"x": 0.0, "y": 0.0}, {"x": 1.0, "y": 1.0}])).mark_line(
+        strokeDash=[4, 3], color="black", strokeWidth=0.8).encode(x="x:Q", y="y:Q")
+    tooltip = [alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "N:N", alt.Tooltip("p_z:Q", format=".4f"),
+               alt.Tooltip("mc_estimate:Q", title="estimate", format=".4f"), alt.Tooltip("mc_low:Q", title="Wilson low", format=".4f"),
+               alt.Tooltip("mc_high:Q", title="Wilson high", format=".4f"), "covered:N"]
+
+    def scatter(x: str, y: str, x_title: str, y_title: str, title: str) -> alt.LayerChart:
+        budgets = legend_toggle("N", x)
+        dots = alt.Chart(alt.Data(values=points)).mark_circle(size=30).encode(
+            x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("N:N", title="budget", sort=[f"N = {b:,}" for b in sorted({r["budget"] for r in rows})]),
+            opacity=alt.condition(budgets, alt.value(0.7), alt.value(0.05)),
+            tooltip=tooltip + [alt.Tooltip("theoretical_p:Q", format=".4f"), alt.Tooltip("empirical_p:Q", format=".4f")],
+        ).add_params(budgets).interactive()
+        return alt.layer(diagonal, dots).properties(width=260, height=260, title=title)
+
+    return alt.hconcat(
+        scatter("p_z", "mc_estimate", "p_z (teacher forcing)", "Monte Carlo estimate of p_z, N samples",
+                "Monte Carlo estimate (ε = 0) against p_z"),
+        scatter("theoretical_p", "empirical_p", "theoretical p = 1 − (1 − p_z)^n", "empirical p = 1 − (1 − estimate)^n",
+                "empirical against theoretical p, n = N"),
+        _error_panel(rows),
+    ).resolve_scale(color="independent").properties(title="Sampling against teacher forcing").to_dict()
 
 
-def _error_panel(ax: Any, rows: Rows) -> None:
-    """Mean |p̂_z − p_z| against the budget per (cell, dataset), the Wilson coverage at each point."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+def _error_panel(rows: Rows) -> alt.LayerChart:
+    """Mean |p̂_z − p_z| against the budget per (cell, dataset), labelled with the Wilson coverage at each point."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["cell"], row["dataset"]), []).append(row)
-    several = len({cell for cell, _ in groups}) > 1
-    for colour, ((cell, dataset), part) in zip(cycle(SERIES), groups.items()):
-        budgets = sorted({r["budget"] for r in part})
-        at = [[r for r in part if r["budget"] == b] for b in budgets]
-        errors = [float(np.mean([abs(r["mc_estimate"] - r["p_z"]) for r in points])) for points in at]
-        ax.plot(budgets, errors, marker="o", color=colour, label=plain(f"{dataset} [{cell}]" if several else dataset))
-        for budget, error, points in zip(budgets, errors, at):
-            ax.annotate(f"{np.mean([r['covered'] for r in points]):.0%}", (budget, error), textcoords="offset points",
-                        xytext=(4, 4), fontsize=7, color=colour)
-    ax.set_xscale("log")
-    budgets = sorted({r["budget"] for r in rows})
-    ax.set_xticks(budgets, [f"{b:,}" for b in budgets])
-    ax.minorticks_off()
-    ax.set(title="convergence (labels: Wilson 95% covers p_z)", xlabel="Monte Carlo budget N", ylabel="mean |p̂_z − p_z|")
-    ax.set_ylim(bottom=0.0)
-    ax.legend(fontsize=7)
+        groups.setdefault((row["cell"], row["dataset"], row["budget"]), []).append(row)
+    several = len({cell for cell, _, _ in groups}) > 1
+    errors = [{"series": f"{dataset} [{cell}]" if several else dataset, "budget": budget,
+               "error": float(np.mean([abs(r["mc_estimate"] - r["p_z"]) for r in part])),
+               "coverage": float(np.mean([r["covered"] for r in part])), "windows": len(part),
+               "covers": f"{sum(r['covered'] for r in part)} of {len(part)}"} for (cell, dataset, budget), part in groups.items()]
+    series = legend_toggle("series")
+    base = alt.Chart(alt.Data(values=errors)).encode(
+        x=alt.X("budget:Q", title="Monte Carlo budget N", axis=alt.Axis(format="~s", values=sorted({e["budget"] for e in errors})),
+                scale=alt.Scale(type="log", domain=[min(e["budget"] for e in errors), max(e["budget"] for e in errors)], padding=16)),
+        y=alt.Y("error:Q", title="mean |estimate − p_z|", scale=alt.Scale(domainMin=0)), color=alt.Color("series:N", title="dataset"))
+    lines = base.mark_line(point=True).encode(
+        opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
+        tooltip=["series:N", "budget:Q", alt.Tooltip("error:Q", format=".4f"), alt.Tooltip("covers:N", title="Wilson 95% covers p_z")],
+    ).add_params(series)
+    labels = base.mark_text(dx=6, dy=-8, fontSize=9).encode(text=alt.Text("coverage:Q", format=".0%"))
+    return alt.layer(lines, labels).properties(width=260, height=260, title="convergence (labels: Wilson 95% covers p_z)")
 
 
 def duplicate_counts(study: StudyData) -> set[int]:
@@ -309,24 +357,27 @@ def _measure_label(row: dict[str, Any]) -> str:
     return f"(n,p) = ({row['n']:,}, {row['p']:g})" if row["measure"] == "(n,p)" else row["measure"]
 
 
-def duplicates_figure(rows: Rows) -> Figure:
-    """(n,p) paper Fig. 6: per cell (model) the rates against the number of training duplicates, one line per measure."""
+def duplicates_figure(rows: Rows) -> Spec:
+    """(n,p) paper Fig. 6: per cell (model) the rates against the number of training duplicates, one line per measure,
+    greedy dashed; hover a point for its rate as k of n windows."""
     cells = list(dict.fromkeys(r["cell"] for r in rows))
     names = series_names(cells, [next(r["model"] for r in rows if r["cell"] == c) for c in cells])
     counts = sorted({r["duplicates"] for r in rows})
-    fig = new_figure(6.0 * len(cells), 4.4)
-    for ax, cell in zip(fig.subplots(1, len(cells), squeeze=False)[0], cells):
-        part = [r for r in rows if r["cell"] == cell]
-        for colour, label in zip(cycle(SERIES), dict.fromkeys(_measure_label(r) for r in part)):
-            points = [(counts.index(r["duplicates"]), r["rate"]) for r in part if _measure_label(r) == label and r["rate"] is not None]
-            style = {"marker": "s", "color": "black", "ls": "--"} if label == "greedy" else {"marker": "o", "color": colour}
-            ax.plot([x for x, _ in points], [100.0 * y for _, y in points], label=label, **style)
-        ax.set_xticks(range(len(counts)), [f"×{c}" for c in counts])
-        ax.set(title=plain(f"{names[cell]}, policy {part[0]['policy']}"), xlabel="copies in the training data",
-               ylabel="extraction rate, %")
-        ax.set_ylim(0.0, max([5.0] + [110.0 * r["rate"] for r in part if r["rate"] is not None]))
-        ax.legend(fontsize=7)
-    return fig
+    points = [{"model": f"{names[r['cell']]}, policy {r['policy']}", "cell": r["cell"], "copies": f"×{r['duplicates']}",
+               "measure": _measure_label(r), "rate": 100.0 * r["rate"], "datasets": r["datasets"],
+               "of": f"{round(r['rate'] * r['windows'])} of {r['windows']}"} for r in rows if r["rate"] is not None]
+    measures = legend_toggle("measure")
+    chart = alt.Chart().mark_line(point=True).encode(
+        x=alt.X("copies:O", title="copies in the training data", sort=[f"×{c}" for c in counts], axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("rate:Q", title="extraction rate, %", scale=alt.Scale(domain=[0, 100])),
+        color=alt.Color("measure:N", title="measure", sort=list(dict.fromkeys(p["measure"] for p in points))),
+        strokeDash=alt.condition("datum.measure == 'greedy'", alt.value([6, 3]), alt.value([1, 0])),
+        opacity=alt.condition(measures, alt.value(1.0), alt.value(0.1)),
+        tooltip=["model:N", "cell:N", "copies:N", "datasets:N", "measure:N", alt.Tooltip("rate:Q", title="rate, %", format=".1f"),
+                 alt.Tooltip("of:N", title="windows")],
+    ).add_params(measures).properties(width=300, height=240)
+    return alt.layer(chart, data=alt.Data(values=points)).facet(column=alt.Column("model:N", title=None, header=PANEL_HEADER)).properties(
+        title="Extraction against the number of copies in the training data").to_dict()
 
 
 FIGURES: tuple[PaperFigure, ...] = (
