@@ -40,6 +40,14 @@ def verdict_scatter(example_id: np.ndarray, dataset: np.ndarray, log_p: np.ndarr
                     label: str, title: str) -> dict[str, Any]:
     """CBS Fig. 3 (§F.1.2) as an interactive chart: LB_E against p_z for the extracted windows, verbatim blue,
     near-verbatim only orange (0 < p_z < τ) or red (p_z = 0); zeros sit on a floor a decade below the smallest value."""
+    return verdict_scatter_chart(example_id, dataset, log_p, lower_top, tau, label).properties(
+        width=460, height=380, title=title).to_dict()
+
+
+def verdict_scatter_chart(example_id: np.ndarray, dataset: np.ndarray, log_p: np.ndarray, lower_top: np.ndarray, tau: float,
+                          label: str, cell: str | None = None, view: str = "") -> alt.LayerChart:
+    """`verdict_scatter` as a chart to place among others (CBS Fig. 22's panels): points carry `cell` when given, so a
+    study page opens them in that cell's explorer; `view` names its legend selection apart from the other panels'."""
     kind = rules.verdicts(log_p, lower_top, tau)
     shown = kind != rules.NOT_EXTRACTED
     colour = np.where(kind == rules.VERBATIM, "blue", np.where(rules.zero_probability(log_p), "red", "orange"))[shown]
@@ -51,17 +59,19 @@ def verdict_scatter(example_id: np.ndarray, dataset: np.ndarray, log_p: np.ndarr
     rows = [{"id": str(i), "dataset": str(d), "verdict": VERDICT_NAMES[c],
              "x": float(a) if math.isfinite(a) else floor_x, "y": float(b) if math.isfinite(b) else floor_y,
              "p_z": f"{10 ** a:.3g}" if math.isfinite(a) else "0", "lb": f"{10 ** b:.3g}" if math.isfinite(b) else "0"}
+            | ({"cell": cell} if cell is not None else {})
             for i, d, c, a, b in zip(example_id[shown], dataset[shown], colour, x, y)]
-    legend = alt.selection_point(fields=["verdict"], bind="legend")
+    legend = alt.selection_point(fields=["verdict"], bind="legend", name="".join(ch if ch.isalnum() else "_" for ch in f"verdict_{view}"))
     low = min(floor_x, floor_y)
     x_scale, y_scale = alt.Scale(domain=[floor_x - 0.5, 0.3]), alt.Scale(domain=[floor_y - 0.5, 0.3])
     points = alt.Chart(alt.Data(values=rows)).mark_circle(size=36).encode(
         x=alt.X("x:Q", scale=x_scale, title="verbatim p_z (teacher forcing)", axis=alt.Axis(labelExpr=POWER_LABEL)),
         y=alt.Y("y:Q", scale=y_scale, title=f"near-verbatim lower bound {label}", axis=alt.Axis(labelExpr=POWER_LABEL)),
-        color=alt.Color("verdict:N", title=f"{len(rows)} extracted windows",
+        color=alt.Color("verdict:N", title="verdict" if cell is not None else f"{len(rows)} extracted windows",
                         scale=alt.Scale(domain=list(VERDICT_NAMES.values()), range=[COLOURS[c] for c in VERDICT_NAMES])),
         opacity=alt.condition(legend, alt.value(0.8), alt.value(0.05)),
-        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "verdict:N", "p_z:N", alt.Tooltip("lb:N", title=label)],
+        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", *(["cell:N"] if cell is not None else []), "verdict:N", "p_z:N",
+                 alt.Tooltip("lb:N", title=label)],
     ).add_params(legend).interactive()
     guides = [{"x": low, "y": low, "x2": 0.0, "y2": 0.0, "what": "y = x"},
               {"x": log_tau, "y": floor_y - 0.5, "x2": log_tau, "y2": 0.3, "what": f"τ_min = {tau:g}"},
@@ -70,8 +80,7 @@ def verdict_scatter(example_id: np.ndarray, dataset: np.ndarray, log_p: np.ndarr
               {"x": floor_x - 0.5, "y": floor_y, "x2": 0.3, "y2": floor_y, "what": f"{label} = 0"}]
     lines = alt.Chart(alt.Data(values=guides)).mark_rule(strokeDash=[4, 3], color="#888").encode(
         x=alt.X("x:Q", scale=x_scale), y=alt.Y("y:Q", scale=y_scale), x2="x2:Q", y2="y2:Q", tooltip=["what:N"])
-    chart = alt.layer(lines, points).properties(width=460, height=380, title=title)
-    return chart.to_dict()
+    return alt.layer(lines, points)
 
 
 METHOD_NAMES = {"greedy": "greedy (distance ≤ ε)", "cbs": "CBS (LB_ε ≥ τ)", "probabilistic": "p_z ≥ τ (verbatim)"}
@@ -191,10 +200,12 @@ HEATMAP_CELLS = 2000
 """Cells per strip: a long document is max-pooled, so a peak is never averaged away."""
 
 
-def book_heatmap_chart(heatmaps: list[BookHeatmap], example_id: np.ndarray, tau: float, label: str, title: str) -> dict[str, Any]:
+def book_heatmap_chart(heatmaps: list[BookHeatmap], example_id: np.ndarray, tau: float, label: str, title: str,
+                       cells: np.ndarray | None = None) -> dict[str, Any]:
     """Per document, the max verbatim p_z and near-verbatim LB_E over the suffixes covering each character, as two strips
     (log colour from τ_min to 1; white below τ_min or where no suffix covers). Hover a cell for its characters, its
-    probability and the window behind it; click it to open that window."""
+    probability and the window behind it; click it to open that window (in its study cell's explorer when `cells`,
+    aligned with `example_id`, names the cells: CBS Fig. 21)."""
     rows = []
     for heatmap in heatmaps:
         document = f"{heatmap.dataset} / {heatmap.doc_id} ({heatmap.windows} windows)"
@@ -205,7 +216,7 @@ def book_heatmap_chart(heatmaps: list[BookHeatmap], example_id: np.ndarray, tau:
             pooled, windows, edges = pooled_argmax(values, owners, HEATMAP_CELLS)
             rows.append({"document": document, "strip": strip, "start": 0, "end": int(values.size), "cell": False})
             rows += [{"document": document, "strip": strip, "start": int(a), "end": int(b), "p": float(v), "cell": True,
-                      "log10_p": math.log10(v), "id": str(example_id[w])}
+                      "log10_p": math.log10(v), "id": str(example_id[w])} | ({"cell": str(cells[w])} if cells is not None else {})
                      for a, b, v, w in zip(edges[:-1], edges[1:], pooled, windows) if v >= tau and w >= 0]
     strip = alt.Y("strip:N", title=None, sort=["p_z", label])
     text = alt.Chart().mark_rect(color="#f7f7f7", stroke="#ccc", strokeWidth=0.5).encode(

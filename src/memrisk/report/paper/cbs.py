@@ -11,20 +11,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import altair as alt
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.colors import TwoSlopeNorm
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator, NullFormatter
 
 from memrisk import rules
 from memrisk.methods.cbs import DISTANCES
 from memrisk.methods.monte_carlo import MAX_ROWS, estimates
-from memrisk.report.figures import SERIES, new_figure, no_data, plain, position_heatmap_figure, scatter_panel
-from memrisk.report.metrics import BookHeatmap, coverage_max, token_evals
-from memrisk.report.paper.base import PaperFigure, Rows
+from memrisk.report.charts import book_heatmap_chart, verdict_scatter_chart
+from memrisk.report.metrics import BookHeatmap, coverage_max_owner, token_evals
+from memrisk.report.paper.base import PaperFigure, Rows, Spec, legend_toggle
 from memrisk.report.study_data import StudyCell, StudyData
 
 BEAM_WIDTH = "cbs.beam_width"
@@ -77,17 +72,6 @@ def _compares_models(study: StudyData) -> bool:
     return study.has_method("cbs") and any(study.varies(key) for key in MODEL_KEYS)
 
 
-def _grid(count: int, width: float, height: float, columns: int = 3) -> tuple[Figure, list[Axes]]:
-    """A figure of `count` panels, at most `columns` a row; unused panels hidden."""
-    cols = max(1, min(count, columns))
-    rows = max(1, math.ceil(count / cols))
-    fig = new_figure(width * cols, height * rows)
-    axes = list(fig.subplots(rows, cols, squeeze=False).ravel())
-    for ax in axes[count:]:
-        ax.set_visible(False)
-    return fig, axes[:count]
-
-
 def _groups(rows: Rows, *keys: str) -> dict[tuple, Rows]:
     """Rows grouped by the values of `keys`, groups and rows in first-seen order."""
     out: dict[tuple, Rows] = {}
@@ -96,22 +80,23 @@ def _groups(rows: Rows, *keys: str) -> dict[tuple, Rows]:
     return out
 
 
-def _violins(ax: Axes, series: list[tuple[str, np.ndarray]], percent: bool) -> None:
-    """One violin per named series with its median annotated (a single value drawn as a bar); empty series skipped."""
-    for position, (_, values) in enumerate(series):
-        if not values.size:
-            continue
-        if np.unique(values).size > 1:
-            for body in ax.violinplot([values], positions=[position], widths=0.8, showextrema=False)["bodies"]:
-                body.set_alpha(0.5)
-        else:
-            ax.scatter([position], [values[0]], marker="_", s=300, color=SERIES[0])
-        median = float(np.median(values))
-        ax.scatter([position], [median], color="black", s=12, zorder=3)
-        ax.annotate(f"{median:.1f}%" if percent else f"{median:.3g}", (position, median), textcoords="offset points",
-                    xytext=(6, 4), fontsize=8)
-    ax.set_xticks(range(len(series)), [f"{plain(name)}\n({values.size})" for name, values in series], fontsize=8)
-    ax.set_xlim(-0.6, len(series) - 0.4)
+def _distribution(points: Rows, field: str, title: str, view: str, percent: bool) -> alt.LayerChart:
+    """A box per model (`label`) of `field` over its windows, every window a point beside it (hover for the window, click
+    to open it) and the median as a labelled tick: the CBS paper's violins, with each window reachable."""
+    axis = alt.Axis(format=".0f" if percent else ".2g")
+    x = alt.X("label:N", title=None, axis=alt.Axis(labelAngle=0, labelLimit=200))
+    y = alt.Y(f"{field}:Q", title=title, axis=axis)
+    base = alt.Chart(alt.Data(values=points))
+    boxes = base.mark_boxplot(extent="min-max", opacity=0.35, size=36).encode(x=x, y=y)
+    dots = base.transform_calculate(jitter="random() * 8 - 4").mark_circle(size=24, opacity=0.8).encode(
+        x=x, xOffset=alt.XOffset("jitter:Q", scale=alt.Scale(domain=[-12, 12])), y=y, color=alt.value("#1f77b4"),
+        tooltip=[alt.Tooltip("example_id:N", title="window"), "cell:N", "dataset:N",
+                 alt.Tooltip(f"{field}:Q", title=title, format=".1f" if percent else ".3g")])
+    median = base.transform_aggregate(median=f"median({field})", windows="count()", groupby=["label"]).transform_calculate(
+        text=f"'median ' + format(datum.median, '{'.1f' if percent else '.3g'}') + '{'%' if percent else ''} (' + datum.windows + ')'")
+    ticks = median.mark_tick(color="black", thickness=2, size=30).encode(x=x, y=alt.Y("median:Q"))
+    labels = median.mark_text(dx=26, dy=-8, fontSize=9, align="left").encode(x=x, y=alt.Y("median:Q"), text="text:N")
+    return alt.layer(boxes, dots, ticks, labels).properties(width=max(160, 110 * len({p["label"] for p in points})), height=260)
 
 
 def _beam_sweep_applies(study: StudyData) -> bool:
@@ -153,40 +138,40 @@ def _pooled_sweep(rows: Rows) -> dict[tuple, dict[int, tuple[int, int, float]]]:
     return pooled
 
 
-def beam_sweep_figure(rows: Rows) -> Figure:
+def beam_sweep_figure(rows: Rows) -> Spec:
     """Three panels against B, the target datasets pooled: extraction rate and mean mass of the extractable windows per
-    ε (colour) and pruning (line style), and CBS wall time per pruning mode."""
-    fig = new_figure(11.5, 3.6)
-    rate_ax, mass_ax, time_ax = fig.subplots(1, 3)
+    ε (colour) and pruning (line style), and CBS wall time per pruning mode (CBS Figs. 23–25); hover gives k of n."""
     pooled = _pooled_sweep(rows)
-    epsilons = sorted({epsilon for _, _, epsilon in pooled})
-    colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, max(len(epsilons), 1)))
-    models = sorted({model for model, _, _ in pooled})
-    styles = dict(zip(sorted({prune for _, prune, _ in pooled}), ("-", "--", ":", "-.")))
-    for (model, prune, epsilon), points in pooled.items():
-        widths = sorted(points)
-        style = {"color": colours[epsilons.index(epsilon)], "ls": styles[prune], "marker": "os^D"[models.index(model) % 4]}
-        rate_ax.plot(widths, [points[b][1] / points[b][0] if points[b][0] else np.nan for b in widths], **style)
-        mass_ax.plot(widths, [points[b][2] / points[b][1] if points[b][1] else np.nan for b in widths], **style)
-    timed: dict[tuple, dict[int, float]] = {}
-    for row in rows:
-        timed.setdefault((row["model"], row["prune"]), {})[row["beam_width"]] = row["cbs_minutes"]
-    for (model, prune), minutes in timed.items():
-        widths = sorted(minutes)
-        time_ax.plot(widths, [minutes[b] * 60 for b in widths], color="black", ls=styles[prune], marker="os^D"[models.index(model) % 4])
-    windows = {b: n for points in pooled.values() for b, (n, _, _) in points.items()}
-    rate_ax.set(xlabel="beam width B", ylabel=f"share of the {max(windows.values(), default=0)} windows with LB_ε ≥ τ_min",
-                title="Fig. 23: extraction rate")
-    mass_ax.set(xlabel="beam width B", ylabel="mean LB_ε of the extractable windows", title="Fig. 24: extraction mass")
-    time_ax.set(xlabel="beam width B", ylabel="CBS wall time (s)", title="Fig. 25: wall time")
-    for ax in (rate_ax, mass_ax, time_ax):
-        ax.set_xticks(sorted(windows))
-    handles = [Line2D([], [], color=colours[i], marker="o", label=f"ε = {epsilon}") for i, epsilon in enumerate(epsilons)]
-    handles += [Line2D([], [], color="black", ls=style, label=f"prune = {prune}") for prune, style in styles.items()]
-    if len(models) > 1:
-        handles += [Line2D([], [], color="grey", ls="", marker="os^D"[i % 4], label=plain(Path(str(m)).name)) for i, m in enumerate(models)]
-    fig.legend(handles=handles, fontsize=7, loc="outside right upper")
-    return fig
+    points = [{"model": Path(str(model)).name, "prune": prune, "epsilon": epsilon, "beam_width": width, "windows": n,
+               "rate": extractable / n if n else None, "of": f"{extractable} of {n}",
+               "mass": mass / extractable if extractable else None}
+              for (model, prune, epsilon), by_width in pooled.items() for width, (n, extractable, mass) in sorted(by_width.items())]
+    timed = {(Path(str(r["model"])).name, r["prune"], r["beam_width"]): r["cbs_minutes"] * 60 for r in rows}
+    times = [{"model": model, "prune": prune, "beam_width": width, "seconds": seconds} for (model, prune, width), seconds in timed.items()]
+    widths = sorted({p["beam_width"] for p in points})
+    x = alt.X("beam_width:Q", title="beam width B", axis=alt.Axis(values=widths, format="d"), scale=alt.Scale(padding=12))
+    several = len({p["model"] for p in points}) > 1
+    shape = alt.Shape("model:N", title="model") if several else alt.value("circle")
+    epsilons = legend_toggle("epsilon", "beam")
+    colour = alt.Color("epsilon:O", title="ε", scale=alt.Scale(scheme="viridis"))
+    dash = alt.StrokeDash("prune:N", title="pruning")
+    tooltip = ["model:N", "prune:N", "epsilon:O", "beam_width:Q"]
+    rate = alt.Chart(alt.Data(values=[p for p in points if p["rate"] is not None])).mark_line(point=True).encode(
+        x=x, y=alt.Y("rate:Q", title="share of windows with LB_ε ≥ τ_min", axis=alt.Axis(format="%")), color=colour,
+        strokeDash=dash, shape=shape, detail="model:N", opacity=alt.condition(epsilons, alt.value(1.0), alt.value(0.1)),
+        tooltip=tooltip + [alt.Tooltip("rate:Q", format=".1%"), alt.Tooltip("of:N", title="windows")],
+    ).add_params(epsilons).properties(width=240, height=220, title="Fig. 23: extraction rate")
+    mass = alt.Chart(alt.Data(values=[p for p in points if p["mass"] is not None])).mark_line(point=True).encode(
+        x=x, y=alt.Y("mass:Q", title="mean LB_ε of the extractable windows"), color=colour, strokeDash=dash, shape=shape,
+        detail="model:N", opacity=alt.condition(epsilons, alt.value(1.0), alt.value(0.1)),
+        tooltip=tooltip + [alt.Tooltip("mass:Q", title="mean LB_ε", format=".3g"), alt.Tooltip("of:N", title="extractable windows")],
+    ).properties(width=240, height=220, title="Fig. 24: extraction mass")
+    time = alt.Chart(alt.Data(values=times)).mark_line(point=True, color="black").encode(
+        x=x, y=alt.Y("seconds:Q", title="CBS wall time (s)"), strokeDash=dash, shape=shape, detail="model:N",
+        tooltip=["model:N", "prune:N", "beam_width:Q", alt.Tooltip("seconds:Q", format=".1f")],
+    ).properties(width=240, height=220, title="Fig. 25: wall time")
+    return alt.hconcat(rate, mass, time).properties(
+        title="Near-verbatim extraction against beam width (target datasets pooled)").to_dict()
 
 
 def _mc_applies(study: StudyData) -> bool:
@@ -254,36 +239,40 @@ def _convergence_points(cell: StudyCell, dataset: str, i: int, lower: float) -> 
                       "mc_token_evals": mc_cost(prefill, length, m)} for j, m in enumerate(samples)]
 
 
-def _convergence_panel(ax: Axes, points: Rows) -> None:
-    """One window's MC estimate with its interval against M, and CBS's LB_ε as a star at CBS's cost in samples."""
+def _convergence_panel(points: Rows) -> alt.LayerChart:
+    """One window's MC estimate with its Wilson interval against M, CBS's LB_ε dashed and as a star at CBS's cost in
+    samples, τ_min dotted; symlog y so that 0 and small masses both show. Hover gives the values; a click opens the window."""
     first = points[0]
-    m = [r["samples"] for r in points]
-    ax.fill_between(m, [r["mc_low"] for r in points], [r["mc_high"] for r in points], color=SERIES[0], alpha=0.2,
-                    label="MC 95% Wilson interval")
-    ax.plot(m, [r["mc_estimate"] for r in points], marker="o", color=SERIES[0], label="MC estimate p̂_z,ε")
-    ax.axhline(first["cbs_lower"], ls="--", color=SERIES[1], lw=1.0, label=f"CBS LB_ε = {first['cbs_lower']:.3g}")
+    data = [r | {"id": r["example_id"], "interval": f"[{r['mc_low']:.3g}, {r['mc_high']:.3g}]"} for r in points]
+    x = alt.X("samples:Q", title="Monte Carlo samples M", scale=alt.Scale(type="log"),
+              axis=alt.Axis(values=[r["samples"] for r in points], format="d"))
+    symlog = alt.Scale(type="symlog", constant=first["tau_min"], domain=[0, 1])
+    y = alt.Y("mc_estimate:Q", title=f"P({first['distance']} ≤ {first['epsilon']}), symlog", scale=symlog)
+    tooltip = [alt.Tooltip("id:N", title="window"), "cell:N", "samples:Q", alt.Tooltip("mc_estimate:Q", title="MC estimate", format=".3g"),
+               alt.Tooltip("interval:N", title="95% Wilson interval"), alt.Tooltip("cbs_lower:Q", title="CBS LB_ε", format=".3g")]
+    base = alt.Chart(alt.Data(values=data))
+    band = base.mark_area(opacity=0.2).encode(x=x, y=alt.Y("mc_low:Q", scale=symlog), y2="mc_high:Q")
+    line = base.mark_line(point=True).encode(x=x, y=y, tooltip=tooltip)
+    refs = [{"y": first["cbs_lower"], "what": f"CBS LB_ε = {first['cbs_lower']:.3g}", "kind": "CBS LB_ε"},
+            {"y": first["tau_min"], "what": f"τ_min = {first['tau_min']:g}", "kind": "τ_min"}]
+    rules_ = alt.Chart(alt.Data(values=refs)).mark_rule().encode(
+        y=alt.Y("y:Q", scale=symlog), tooltip=["what:N"],
+        strokeDash=alt.StrokeDash("kind:N", title=None, scale=alt.Scale(domain=["CBS LB_ε", "τ_min"], range=[[6, 3], [2, 2]])),
+        color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=["CBS LB_ε", "τ_min"], range=["#ff7f0e", "grey"])))
+    layers: list[Any] = [band, line, rules_]
     if first["cbs_samples_equivalent"] is not None and first["cbs_samples_equivalent"] > 0:
-        ax.scatter([first["cbs_samples_equivalent"]], [first["cbs_lower"]], marker="*", s=140, color=SERIES[1], zorder=3,
-                   label=f"CBS at its cost: {first['cbs_token_evals']} token evals ≈ M = {first['cbs_samples_equivalent']:.3g}")
-    ax.axhline(first["tau_min"], ls=":", color="grey", lw=1.0, label=f"τ_min = {first['tau_min']:g}")
-    ax.set_xscale("log")
-    ax.set_xticks(m, [str(x) for x in m], minor=False)
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_yscale("symlog", linthresh=first["tau_min"])
-    ax.set_ylim(0.0, 1.05)
-    ax.set_xlabel("Monte Carlo samples M (log scale)")
-    ax.set_ylabel(f"P({first['distance']} ≤ {first['epsilon']}), symlog")
-    ax.set_title(plain(f"{first['label']}: {first['example_id']}"), fontsize=8)
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        star = [{"samples": first["cbs_samples_equivalent"], "cbs_lower": first["cbs_lower"], "id": first["example_id"], "cell": first["cell"],
+                 "what": f"CBS at its cost: {first['cbs_token_evals']} token evaluations ≈ M = {first['cbs_samples_equivalent']:.3g}"}]
+        layers.append(alt.Chart(alt.Data(values=star)).mark_point(shape="diamond", size=160, filled=True, color="#ff7f0e").encode(
+            x=x, y=alt.Y("cbs_lower:Q", scale=symlog), tooltip=["what:N", alt.Tooltip("cbs_lower:Q", title="LB_ε", format=".3g")]))
+    return alt.layer(*layers).properties(width=320, height=220, title=f"{first['label']}: window {first['example_id']}")
 
 
-def mc_convergence_figure(rows: Rows) -> Figure:
-    """One panel per cell and dataset: Monte Carlo convergence with CBS's certified lower bound (CBS Fig. 5)."""
-    groups = _groups(rows, "cell", "dataset")
-    fig, axes = _grid(len(groups), 7.0, 3.6, columns=2)
-    for ax, points in zip(axes, groups.values()):
-        _convergence_panel(ax, points)
-    return fig
+def mc_convergence_figure(rows: Rows) -> Spec:
+    """One panel per cell and dataset: Monte Carlo convergence with CBS's certified lower bound (CBS Figs. 2 and 5)."""
+    panels = [_convergence_panel(points) for points in _groups(rows, "cell", "dataset").values()]
+    return alt.concat(*panels, columns=2).properties(
+        title="Monte Carlo estimate and its 95% interval against M; CBS's lower bound (diamond: at CBS's cost in samples)").to_dict()
 
 
 def mc_detection_rows(study: StudyData) -> Rows:
@@ -355,17 +344,11 @@ def verbatim_share_rows(study: StudyData) -> Rows:
     return rows
 
 
-def verbatim_share_figure(rows: Rows) -> Figure:
-    """Per dataset, one violin per model of the extracted windows' verbatim share, medians annotated (CBS Fig. 4)."""
-    datasets = _groups(rows, "dataset")
-    fig, axes = _grid(len(datasets), 1.6 + 1.3 * len(_groups(rows, "cell")), 3.8)
-    for ax, ((dataset,), points) in zip(axes, datasets.items()):
-        series = [(label, np.array([r["verbatim_share"] for r in group])) for (label,), group in _groups(points, "label").items()]
-        _violins(ax, series, percent=True)
-        ax.set_ylim(-5.0, 105.0)
-        ax.set_title(plain(f"{dataset}: extracted windows (LB_E ≥ τ_min)"), fontsize=9)
-        ax.set_ylabel("verbatim share LB_0 / LB_E (%)")
-    return fig
+def verbatim_share_figure(rows: Rows) -> Spec:
+    """Per dataset, the extracted windows' verbatim share per model, its median labelled (CBS Figs. 4, 11b and 15b)."""
+    panels = [_distribution(points, "verbatim_share", "verbatim share LB_0 / LB_E (%)", dataset, percent=True).properties(
+        title=f"{dataset}: extracted windows (LB_E ≥ τ_min)") for (dataset,), points in _groups(rows, "dataset").items()]
+    return alt.concat(*panels, columns=3).properties(title="Verbatim share of the near-verbatim mass, per model").to_dict()
 
 
 def _masses(cell: StudyCell, dataset: str) -> dict[str, float]:
@@ -390,41 +373,26 @@ def common_set_rows(study: StudyData) -> Rows:
     return rows
 
 
-def common_set_figure(rows: Rows) -> Figure:
-    """Per dataset: LB_E of the windows every model extracts, one violin per model (CBS Fig. 20), and per model its
-    extracted windows split into those every model extracts and those only some do."""
-    datasets = _groups(rows, "dataset")
-    cells = len(_groups(rows, "cell"))
-    fig = new_figure(3.0 + 2.6 * cells, 3.8 * len(datasets))
-    for (mass_ax, count_ax), ((dataset,), points) in zip(fig.subplots(len(datasets), 2, squeeze=False), datasets.items()):
-        by_label = _groups(points, "label")
-        series = [(label, np.array([r["lower"] for r in group if r["by_every"]], dtype=np.float64))
-                  for (label,), group in by_label.items()]
-        if any(values.size for _, values in series):
-            _violins(mass_ax, series, percent=False)
-            mass_ax.set_ylim(0.0, 1.05)
-        else:
-            no_data(mass_ax, "no window is extracted by every model")
-        mass_ax.set_ylabel("LB_E on the windows every model extracts")
-        mass_ax.set_title(plain(f"{dataset}: the fixed set (CBS Fig. 20)"), fontsize=9)
-        _count_bars(count_ax, by_label)
-        count_ax.set_title(plain(f"{dataset}: extracted by every model vs by some"), fontsize=9)
-    return fig
-
-
-def _count_bars(ax: Axes, by_label: dict[tuple, Rows]) -> None:
-    """Stacked bars per model: its extracted windows that every model extracts, and the rest."""
-    labels = [label for (label,) in by_label]
-    every = [sum(r["extracted"] and r["by_every"] for r in group) for group in by_label.values()]
-    some = [sum(r["extracted"] and not r["by_every"] for r in group) for group in by_label.values()]
-    positions = np.arange(len(labels))
-    ax.bar(positions, every, color=SERIES[0], label="extracted by every model")
-    ax.bar(positions, some, bottom=every, color=SERIES[2], label="extracted by this model, not every one")
-    ax.set_xticks(positions, [plain(label) for label in labels], fontsize=8)
-    ax.set_ylabel("windows with LB_E ≥ τ_min")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylim(0, max(e + s for e, s in zip(every, some)) * 1.35 + 1)
-    ax.legend(fontsize=7, loc="upper left")
+def common_set_figure(rows: Rows) -> Spec:
+    """Per dataset: LB_E of the windows every model extracts, per model (CBS Fig. 20), and per model its extracted
+    windows split into those every model extracts and those only some do."""
+    panels = []
+    for (dataset,), points in _groups(rows, "dataset").items():
+        fixed = [r for r in points if r["by_every"] and r["lower"] is not None]
+        mass = (_distribution(fixed, "lower", "LB_E on the windows every model extracts", f"common_{dataset}", percent=False)
+                if fixed else alt.Chart(alt.Data(values=[{"text": "no window is extracted by every model"}])).mark_text().encode(
+                    text="text:N").properties(width=200, height=260))
+        counts = [{"label": label, "dataset": dataset, "set": kind, "windows": sum(r["extracted"] and r["by_every"] == every for r in group)}
+                  for (label,), group in _groups(points, "label").items()
+                  for kind, every in (("extracted by every model", True), ("extracted by this model, not every one", False))]
+        bars = alt.Chart(alt.Data(values=counts)).mark_bar().encode(
+            x=alt.X("label:N", title=None, axis=alt.Axis(labelAngle=0, labelLimit=200)),
+            y=alt.Y("windows:Q", title="windows with LB_E ≥ τ_min", axis=alt.Axis(tickMinStep=1, format="d")),
+            color=alt.Color("set:N", title=None, scale=alt.Scale(range=["#1f77b4", "#2ca02c"]), legend=alt.Legend(labelLimit=320)),
+            tooltip=["label:N", "dataset:N", "set:N", "windows:Q"],
+        ).properties(width=max(160, 90 * len({c["label"] for c in counts})), height=260, title=f"{dataset}: extracted by every model vs by some")
+        panels.append(alt.hconcat(mass.properties(title=f"{dataset}: the fixed set"), bars))
+    return alt.vconcat(*panels).properties(title="The windows every model extracts, and each model's extracted set").to_dict()
 
 
 def _heatmaps_apply(study: StudyData) -> bool:
@@ -447,18 +415,22 @@ def heatmap_rows(study: StudyData) -> Rows:
     return rows
 
 
-def _heatmap(points: Rows) -> BookHeatmap:
-    """One model's strips over one document from its windows' rows; `dataset` names the model too."""
-    first = points[0]
-    starts, ends = (np.array([r[k] for r in points], dtype=np.int64) for k in ("suffix_char_start", "char_end"))
-    maps = [coverage_max(starts, ends, np.array([r[k] for r in points]), int(ends.max())) for k in ("p_z", "lower")]
-    return BookHeatmap(f"{first['label']} · {first['dataset']}", first["doc_id"], len(points), *maps)
-
-
-def heatmap_figure(rows: Rows) -> Figure:
-    """Per document, each model's pair of strips, verbatim p_z and near-verbatim LB_E, one under another (CBS Fig. 21)."""
+def heatmap_figure(rows: Rows) -> Spec:
+    """Per document, each model's pair of strips, verbatim p_z and near-verbatim LB_E (CBS Fig. 21); hover a cell for the
+    window with the largest probability there, click it to open the window in its cell's explorer."""
     ordered = sorted(_groups(rows, "dataset", "doc_id", "cell").values(), key=lambda g: (g[0]["dataset"], g[0]["doc_id"]))
-    return position_heatmap_figure([_heatmap(points) for points in ordered], min(r["tau_min"] for r in rows), "LB_E")
+    heatmaps, ids, cells = [], [], []
+    for points in ordered:
+        first, offset = points[0], len(ids)
+        starts, ends = (np.array([r[k] for r in points], dtype=np.int64) for k in ("suffix_char_start", "char_end"))
+        (verbatim, verbatim_owner), (near, near_owner) = (
+            coverage_max_owner(starts, ends, np.array([r[k] for r in points]), int(ends.max())) for k in ("p_z", "lower"))
+        heatmaps.append(BookHeatmap(f"{first['label']} · {first['dataset']}", first["doc_id"], len(points), verbatim, near,
+                                    np.where(verbatim_owner >= 0, verbatim_owner + offset, -1), np.where(near_owner >= 0, near_owner + offset, -1)))
+        ids += [r["example_id"] for r in points]
+        cells += [r["cell"] for r in points]
+    return book_heatmap_chart(heatmaps, np.array(ids, dtype=object), min(r["tau_min"] for r in rows), "LB_E",
+                              "Max p_z and LB_E per character, one pair of strips per model and document", np.array(cells, dtype=object))
 
 
 def _scatter_applies(study: StudyData) -> bool:
@@ -488,23 +460,26 @@ def scatter_epsilons(largest: int) -> list[int]:
     return sorted({0, min(1, largest), largest})
 
 
-def scatter_grid_figure(rows: Rows) -> Figure:
-    """One row of panels per cell and dataset, LB_ε against p_z at ε = 0, 1 and E, coloured as CBS Fig. 3."""
-    groups = _groups(rows, "cell", "dataset")
-    columns = max(len(scatter_epsilons(max(r["epsilon"] for r in g))) for g in groups.values())
-    fig = new_figure(4.2 * columns, 3.9 * len(groups))
-    for axes, points in zip(fig.subplots(len(groups), columns, squeeze=False), groups.values()):
+def scatter_grid_figure(rows: Rows) -> Spec:
+    """One row of panels per cell and dataset, LB_ε against p_z at ε = 0, 1 and E, coloured as CBS Fig. 3 (CBS Fig. 22);
+    a point opens its window in its cell's explorer."""
+    lines = []
+    for (cell, dataset), points in _groups(rows, "cell", "dataset").items():
         by_epsilon = _groups(points, "epsilon")
-        epsilons = scatter_epsilons(max(e for (e,) in by_epsilon))
-        for ax in axes[len(epsilons):]:
-            ax.set_visible(False)
-        for ax, epsilon in zip(axes, epsilons):
+        panels = []
+        for epsilon in scatter_epsilons(max(e for (e,) in by_epsilon)):
             shown = by_epsilon[(epsilon,)]
             first = shown[0]
-            scatter_panel(ax, np.array([r["log_p"] for r in shown]), np.array([r["lower"] for r in shown]), first["tau_min"],
-                          f"LB_{epsilon}", legend_size=6)
-            ax.set_title(plain(f"{first['label']}, {first['dataset']}: {first['distance']} ε = {epsilon}"), fontsize=8)
-    return fig
+            panel = verdict_scatter_chart(
+                np.array([r["example_id"] for r in shown], dtype=object), np.array([r["dataset"] for r in shown], dtype=object),
+                np.array([r["log_p"] for r in shown]), np.array([r["lower"] for r in shown]), first["tau_min"], f"LB_{epsilon}",
+                cell=cell, view=f"{cell}_{dataset}_{epsilon}")
+            extracted = sum(r["verdict"] != rules.NOT_EXTRACTED for r in shown)
+            panels.append(panel.properties(width=250, height=220, title=[
+                f"{first['label']}, {dataset}: {first['distance']} ε = {epsilon}", f"{extracted} of {len(shown)} windows extracted"]))
+        lines.append(alt.hconcat(*panels))
+    return alt.vconcat(*lines).resolve_scale(color="shared").properties(
+        title="LB_ε against p_z as ε grows: windows unlocked by near-verbatim extraction").to_dict()
 
 
 def _pruning_applies(study: StudyData) -> bool:
@@ -560,37 +535,31 @@ def _pruning_panel(setting: str, dataset: str, distance: str, runs: list[tuple[s
     ]
 
 
-def _pruning_matrix(ax: Axes, points: Rows) -> None:
+def _pruning_matrix(points: Rows) -> alt.LayerChart:
     """Runs × thresholds: the count in each cell, blue above baseline and red below (white without a baseline cell),
-    grey where d exceeds the run's ε."""
+    grey where d exceeds the run's ε; hover gives the count, the baseline's and the difference."""
     runs = list(dict.fromkeys(r["run"] for r in points))
-    diff = np.full((len(runs), 1 + max(r["threshold"] for r in points)), np.nan)
-    for r in points:
-        if r["extractable"] is not None:
-            diff[runs.index(r["run"]), r["threshold"]] = r["difference"] or 0
-    bound = max(1.0, float(np.nanmax(np.abs(diff), initial=0.0)))
-    cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#bdbdbd")
-    image = ax.imshow(np.ma.masked_invalid(diff), cmap=cmap, norm=TwoSlopeNorm(0.0, -bound, bound), aspect="auto")
-    for r in points:
-        strong = abs(r["difference"] or 0) > 0.6 * bound
-        ax.text(r["threshold"], runs.index(r["run"]), "n/a" if r["extractable"] is None else str(r["extractable"]),
-                ha="center", va="center", fontsize=8, color="white" if strong else "#222")
-    ax.set_xticks(range(diff.shape[1]), [f"≤ {d}" for d in range(diff.shape[1])])
-    ax.set_yticks(range(len(runs)), runs, fontsize=8)
-    ax.set_xlabel(f"evaluation threshold d ({points[0]['distance']})")
-    if "baseline" in runs:
-        ax.figure.colorbar(image, ax=ax, label="windows − baseline", shrink=0.8, ticks=MaxNLocator(integer=True))
+    bound = max([1] + [abs(r["difference"]) for r in points if r["difference"] is not None])
+    data = [r | {"d": f"≤ {r['threshold']}", "shown": "n/a" if r["extractable"] is None else str(r["extractable"]),
+                 "change": None if r["extractable"] is None else (r["difference"] or 0)} for r in points]
+    x = alt.X("d:O", title=f"evaluation threshold d ({points[0]['distance']})", sort=[f"≤ {t}" for t in sorted({r['threshold'] for r in points})],
+              axis=alt.Axis(labelAngle=0))
+    y = alt.Y("run:N", title=None, sort=runs, axis=alt.Axis(labelLimit=200))
+    base = alt.Chart(alt.Data(values=data))
+    cells = base.mark_rect(stroke="white").encode(
+        x=x, y=y, color=alt.condition("datum.change === null", alt.value("#bdbdbd"), alt.Color(
+            "change:Q", title="windows − baseline", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]))),
+        tooltip=["run:N", "d:O", alt.Tooltip("shown:N", title="windows with LB_d ≥ τ_min"), alt.Tooltip("baseline:Q", title="baseline"),
+                 alt.Tooltip("difference:Q", title="− baseline"), "cell:N"])
+    text = base.mark_text(fontSize=11).encode(x=x, y=y, text="shown:N")
+    return alt.layer(cells, text).properties(width=60 * len({r["threshold"] for r in points}), height=28 * len(runs))
 
 
-def pruning_figure(rows: Rows) -> Figure:
+def pruning_figure(rows: Rows) -> Spec:
     """One matrix per setting, dataset and pruning distance: extractable windows per run and threshold (CBS Fig. 26)."""
-    panels = _groups(rows, "setting", "dataset", "distance")
-    height = 1.2 + 0.45 * max(len({r["run"] for r in p}) for p in panels.values())
-    fig, axes = _grid(len(panels), max(4.6, 2.4 + 0.7 * (1 + max(r["threshold"] for r in rows))), height, columns=2)
-    for ax, ((setting, dataset, distance), points) in zip(axes, panels.items()):
-        _pruning_matrix(ax, points)
-        ax.set_title(plain(f"{setting}, {dataset}: {distance}-pruned runs"), fontsize=9)
-    return fig
+    panels = [_pruning_matrix(points).properties(title=f"{setting}, {dataset}: {distance}-pruned runs")
+              for (setting, dataset, distance), points in _groups(rows, "setting", "dataset", "distance").items()]
+    return alt.concat(*panels, columns=2).properties(title="Extractable windows of baseline and ε-pruned k-CBS").to_dict()
 
 
 def _text_metrics_apply(study: StudyData) -> bool:
