@@ -145,22 +145,12 @@ def run(args: list[str], event: str, n: int) -> int:
 
 def warm() -> None:
     """Import what a run imports on first use (the chat SDKs, Ray, the GPT-2 classes of the test
-    models, matplotlib's fonts) without running any torch operation, so forked children stay sound."""
-    import io
-
+    models) without running any torch operation, so forked children stay sound."""
     for module in ("openai", "ray", "transformers.models.gpt2.modeling_gpt2", "transformers.models.auto.modeling_auto"):
         try:
             __import__(module)
         except ImportError:
             pass
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(1, 1))
-    FigureCanvasAgg(figure)
-    figure.add_subplot().set_title("warm")
-    figure.savefig(io.BytesIO(), format="png")
-    figure.savefig(io.BytesIO(), format="svg")
 
 
 def serve() -> None:

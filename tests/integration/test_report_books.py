@@ -21,7 +21,7 @@ from memrisk.books.providers import ChatResponse, GenerationSettings, Usage
 from memrisk.books.run import run_books
 from memrisk.report import books
 from memrisk.report.html import write_report
-from memrisk.report.figures import COLOURS
+from memrisk.report.charts import COLOURS
 from memrisk.report.markup import money, pct
 from memrisk.summary import rebuild_summary
 from tests.integration import test_report_html as shared

@@ -25,7 +25,7 @@ from memrisk import cli
 from memrisk.config import parse_config
 from memrisk.methods import configured
 from memrisk import rules
-from memrisk.report import charts, figures, metrics
+from memrisk.report import charts, metrics
 from memrisk.report.html import write_report
 from memrisk.report.markup import asset, inline_diff_html
 from memrisk.summary import summarize
@@ -273,14 +273,6 @@ def test_diff_marks_matched_missing_and_added_spans() -> None:
 def test_figures_render_degenerate_inputs_without_warnings() -> None:
     empty, zeros = np.empty(0), np.zeros((3, 3))
     no_rates = metrics.extraction_rates(metrics.run_arrays(pa.table({}), parse_config(config(["probabilistic", "cbs"]))), 1e-3)
-    blank = metrics.BookHeatmap("book", "$doc$", 2, np.zeros(5), np.zeros(5))
-    drawn = [
-        figures.position_heatmap_figure([blank], 1e-3, "LB"),
-        figures.position_heatmap_figure([], 1e-3, "LB"),
-    ]
-    for fig in drawn:
-        png, svg = figures.render(fig)
-        assert png.startswith(b"\x89PNG") and b"<svg" in svg
     ids = np.array(["a", "b"])
     specs = [
         charts.verdict_scatter(ids[:0], ids[:0], empty, empty, 1e-3, "LB", "empty"),

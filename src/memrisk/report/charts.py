@@ -14,10 +14,13 @@ import numpy as np
 
 from memrisk import rules
 from memrisk.report.books import RecallBar, Strip
-from memrisk.report.figures import COLOURS
 from memrisk.report.metrics import CCDF_POINTS, BookHeatmap, pooled_argmax
 
 LN10 = math.log(10.0)
+COLOURS = {"blue": "#1f77b4", "orange": "#ff7f0e", "red": "#d62728"}
+"""CBS Fig. 3's verdict colours: verbatim blue, near-verbatim only orange (0 < p_z < τ) or red (p_z = 0)."""
+SERIES_LIMIT = 8
+"""The most series a chart draws one per dataset before it shows roles only (more would not be told apart)."""
 VERDICT_NAMES = {"blue": "verbatim (p_z ≥ τ)", "orange": "unlocked, 0 < p_z < τ", "red": "unlocked, p_z = 0"}
 POWER_LABEL = "datum.value == floor(datum.value) ? '10^' + datum.value : ''"
 """Axis labels of a log10 axis as powers of ten, 10^-3, at whole decades only."""

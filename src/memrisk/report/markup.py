@@ -1,5 +1,5 @@
 """Markup helpers of the HTML report: `tag` escapes every child that is not itself markup, so text from corpora,
-model outputs, configs and file names is always shown literally; also number formats, the inline diff, the page and figures."""
+model outputs, configs and file names is always shown literally; also number formats, the inline diff, the page and its charts."""
 
 from __future__ import annotations
 
@@ -17,10 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-
-from memrisk import layout, rules
-from memrisk.report import charts, figures
+from memrisk import rules
+from memrisk.report import charts
 
 LIST_LIMIT = 50
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline' 'unsafe-eval'"
@@ -202,25 +200,12 @@ def page(title: str, body: Html, explorer: bool = False, charts: bool = False) -
 
 @dataclass(frozen=True)
 class Picture:
-    """A rendered figure: file stem, caption and bytes."""
+    """A chart's static files for figures/: file stem, caption and bytes."""
 
     name: str
     caption: str
     png: bytes
     svg: bytes
-
-
-def picture(name: str, caption: str, fig: Figure) -> Picture:
-    """Render a matplotlib figure into a Picture."""
-    png, svg = figures.render(fig)
-    return Picture(name, caption, png, svg)
-
-
-def figure_html(pic: Picture) -> Html:
-    """The figure inline as base64 PNG, with its caption and a link to the SVG file."""
-    src = "data:image/png;base64," + base64.b64encode(pic.png).decode("ascii")
-    img = Html(f'<img src="{src}" alt="{html.escape(pic.caption, quote=True)}">')
-    return tag("figure", img, tag("figcaption", pic.caption, " ", tag("a", "SVG", href=layout.figure_file(pic.name, "svg"))))
 
 
 def chart(spec: dict[str, Any], name: str, caption: str, explorer: int | None = None,

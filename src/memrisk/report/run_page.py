@@ -18,7 +18,7 @@ from memrisk.config import ExperimentConfig, parse_config
 from memrisk.methods import configured
 from memrisk.errors import MemriskError
 from memrisk.models.backend import load_model
-from memrisk.report import charts, explorer, figures, metrics
+from memrisk.report import charts, explorer, metrics
 from memrisk.report.explorer import Pieces
 from memrisk.report.markup import (
     LIST_LIMIT, Html, Picture, capped, chart, count_rate, inline_diff_html, join, log10_text, mass_text,
@@ -247,7 +247,7 @@ def interactive_charts(run: Run, prefix: str, key: int) -> tuple[list[Html], lis
                            "to show one kind, click a point to open it in the window explorer below. Zeros sit on the floor "
                            "a decade below the smallest value.", key))
     panels = {"by role": {role: metrics.extraction_rates(part, tau) for role, part in roles.items()}}
-    if 2 < len(run.config.scored_datasets()) <= len(figures.SERIES):
+    if 2 < len(run.config.scored_datasets()) <= charts.SERIES_LIMIT:
         panels["by dataset"] = {d.name: metrics.extraction_rates(a.subset(a.dataset == d.name), tau) for d in run.config.scored_datasets()}
     drawn.append(chart(charts.rates_chart(panels, tau, f"{run.label}: extraction rate against ε"), f"{prefix}rates",
                        "Extraction rate against ε: greedy (distance ≤ ε), CBS (LB_ε ≥ τ_min) and verbatim p_z ≥ τ_min (flat "

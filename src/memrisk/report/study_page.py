@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import altair as alt
-from matplotlib.figure import Figure
-
 from memrisk import layout
-from memrisk.report.markup import Html, Picture, chart, figure_html, join, note, picture, table, tag
+from memrisk.report.markup import Html, Picture, chart, join, note, table, tag
 from memrisk.report.paper import Reproduced, reproduce
 from memrisk.report.run_page import explorer_section, load_run
 from memrisk.report.study_data import StudyData, load_study_data
@@ -119,11 +117,7 @@ def paper_section(reproduced: Sequence[Reproduced], cells: dict[str, int]) -> tu
     parts, pics = [tag("h2", "Paper figures"), note("Each figure's data is in figures/NAME.csv next to it.")], []
     for item in reproduced:
         csv_link = tag("a", "CSV", href=layout.figure_file(item.figure.slug, "csv"))
-        if isinstance(item.spec, Figure):
-            pic = picture(item.figure.slug, item.figure.caption, item.spec)
-            parts.append(figure_html(pic))
-            pics.append(pic)
-        elif item.spec is not None:
+        if item.spec is not None:
             html, pic = chart(item.spec, item.figure.slug, item.figure.caption, cells=cells)
             parts.append(html)
             pics.append(pic)
