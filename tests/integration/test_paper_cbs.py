@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import copy
 import csv
+import html
 import json
 import math
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -146,6 +149,34 @@ def test_the_model_study_draws_the_model_monte_carlo_and_text_figures_and_not_th
     assert not any(name.startswith(("cbs-fig23", "cbs-fig26")) for name in drawn), "no beam, pruning or ε axis"
     page = (model_study / "report.html").read_text()
     assert "CBS paper Table 15: windows extractable under verbatim" in page and "CBS paper Fig. 20: near-verbatim mass" in page
+
+
+def window_rows(spec: Any) -> list[dict]:
+    """Every data row of a Vega-Lite spec (top-level datasets or inline values, at any depth) that names a window."""
+    if isinstance(spec, dict):
+        return [row for value in spec.values() for row in window_rows(value)]
+    if isinstance(spec, list):
+        return [item for item in spec if isinstance(item, dict) and "id" in item] + [
+            row for item in spec if isinstance(item, (dict, list)) and not (isinstance(item, dict) and "id" in item) for row in window_rows(item)]
+    return []
+
+
+def test_every_window_mark_names_a_real_window_of_its_cell_and_the_page_maps_cells_to_explorers(model_study) -> None:
+    """A mark that is one window carries its cell and example id, so a click opens it in that cell's explorer."""
+    page = (model_study / "report.html").read_text(encoding="utf-8")
+    windows = {cell: {r["example_id"] for r in story} for cell, story in story_cells(model_study).items()}
+    keys = {cell["name"]: key for key, cell in enumerate(json.loads((model_study / "study.json").read_text()))}
+    charts = re.findall(r'<script type="application/json" class="memrisk-chart" data-target="chart-(cbs-[^"]+)" data-cells="([^"]*)">(.*?)</script>',
+                        page, re.S)
+    assert charts and all(json.loads(html.unescape(mapping)) == keys for _, mapping, _ in charts)
+    marked = {}
+    for slug, _, spec in charts:
+        data = window_rows(json.loads(spec))
+        assert all(row["cell"] in windows and row["id"] in windows[row["cell"]] for row in data), slug
+        marked[slug] = len(data)
+    for slug in ("cbs-fig2-5-mc-convergence", "cbs-fig4-verbatim-share", "cbs-fig20-common-set", "cbs-fig21-heatmaps",
+                 "cbs-fig22-scatter-by-epsilon"):
+        assert marked[slug] > 0, f"{slug} has windows to open"
 
 
 def test_mc_convergence_follows_the_window_with_the_largest_lower_bound_and_prices_cbs_in_samples(model_study) -> None:

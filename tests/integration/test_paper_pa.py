@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from memrisk.config import parse_config
 from memrisk.errors import MemriskError
 from memrisk.report.paper.prior_aware import correlations
 from tests.conftest import WORDS
+from tests.integration.test_paper_cbs import window_rows
 from tests.integration.test_paper_np import run_study, sampled_texts
 
 LN10 = math.log(10.0)
@@ -169,3 +171,15 @@ def test_prefix_rows_count_per_prefix_length(prefix_study) -> None:
         assert all(len(r["prefix_ids"]) == int(row["prefix_length"]) for r in stored)
         assert int(row["extractable"]) == sum(r["pa_extractable"] for r in stored)
         assert int(row["pa_memorized"]) == sum(r["pa_memorized"] for r in stored)
+
+
+def test_fig3_points_open_a_real_window_of_the_first_model_of_their_composition(counterfactual_study) -> None:
+    """Each PA Fig. 3 point is one sequence: it carries the cell (the composition's first model) and window it opens."""
+    page = (counterfactual_study / "report.html").read_text(encoding="utf-8")
+    spec = json.loads(re.search(r'data-target="chart-pa-fig3-counterfactual-sequences"[^>]*>(.*?)</script>', page, re.S).group(1))
+    points = window_rows(spec)
+    rows = read_csv(counterfactual_study / "figures" / "pa-fig3-counterfactual-sequences.csv")
+    assert points and len(points) <= len(rows)
+    for point in points:
+        assert point["id"] in {str(r["example_id"]) for r in records(counterfactual_study, point["cell"])}
+        assert any(r["example_id"] == point["id"] and r["cell"] == point["cell"] for r in rows)

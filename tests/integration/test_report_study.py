@@ -4,6 +4,9 @@ it names and opens the window. Screenshots of each step are written to the test'
 
 from __future__ import annotations
 
+import html
+import json
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -39,6 +42,10 @@ def test_the_study_page_draws_every_chart_and_opens_each_cells_windows_offline(t
     out = tmp_path / "out"
     assert main(["study", write_study(tmp_path, model_dir, GRID), "--out", str(out)]) == 0
     page = (out / "report.html").read_text(encoding="utf-8")
+    assert "data:image/png;base64," not in page, "every figure of the study page is an interactive chart"
+    mappings = [json.loads(html.unescape(a)) for a in re.findall(r'data-cells="([^"]*)"', page)]
+    assert mappings and all(m == {cell: key for key, cell in enumerate(CELLS)} for m in mappings), \
+        "each paper figure maps a mark's cell to that cell's explorer"
     charts = page.count('class="memrisk-chart"')
     ids = {cell: [str(i) for i in RecordStore.existing(out / "cells" / cell).read_records().column("example_id").to_pylist()]
            for cell in CELLS}

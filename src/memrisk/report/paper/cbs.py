@@ -86,11 +86,11 @@ def _distribution(points: Rows, field: str, title: str, view: str, percent: bool
     axis = alt.Axis(format=".0f" if percent else ".2g")
     x = alt.X("label:N", title=None, axis=alt.Axis(labelAngle=0, labelLimit=200))
     y = alt.Y(f"{field}:Q", title=title, axis=axis)
-    base = alt.Chart(alt.Data(values=points))
+    base = alt.Chart(alt.Data(values=[p | {"id": p["example_id"]} for p in points]))
     boxes = base.mark_boxplot(extent="min-max", opacity=0.35, size=36).encode(x=x, y=y)
     dots = base.transform_calculate(jitter="random() * 8 - 4").mark_circle(size=24, opacity=0.8).encode(
         x=x, xOffset=alt.XOffset("jitter:Q", scale=alt.Scale(domain=[-12, 12])), y=y, color=alt.value("#1f77b4"),
-        tooltip=[alt.Tooltip("example_id:N", title="window"), "cell:N", "dataset:N",
+        tooltip=[alt.Tooltip("id:N", title="window"), "cell:N", "dataset:N",
                  alt.Tooltip(f"{field}:Q", title=title, format=".1f" if percent else ".3g")])
     median = base.transform_aggregate(median=f"median({field})", windows="count()", groupby=["label"]).transform_calculate(
         text=f"'median ' + format(datum.median, '{'.1f' if percent else '.3g'}') + '{'%' if percent else ''} (' + datum.windows + ')'")
