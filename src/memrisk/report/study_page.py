@@ -92,7 +92,7 @@ def axis_chart(axis: str, others: list[str], metric: str, rows: list[MetricRow])
         opacity=alt.condition(settings, alt.value(1.0), alt.value(0.1)),
         tooltip=["cell:N", "setting:N", alt.Tooltip("x:Q", title=axis), alt.Tooltip("y:Q", title=metric, format=".4g")],
     ).add_params(settings).interactive()
-    return lines.properties(width=360, height=240, title=f"{metric} against {axis}").to_dict()
+    return lines.properties(width=360, height=240, title=f"{metric} against {axis}").to_dict(validate=False)
 
 
 def axis_charts(axes: list[str], metrics: list[str], rows: list[MetricRow]) -> list[tuple[Html, Picture]]:

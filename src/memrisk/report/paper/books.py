@@ -86,7 +86,7 @@ def word_count_figure(rows: Rows) -> Spec:
     book = alt.Chart().mark_rule(strokeDash=[2, 3], color="grey").encode(y="book_words:Q", tooltip=[alt.Tooltip("book_words:Q", title="|B|")])
     return alt.layer(bar, book, data=alt.Data(values=bars)).properties(width=alt.Step(18), height=220).facet(
         column=alt.Column("book:N", title=None)).resolve_scale(x="independent").properties(
-        title="Words matched (m), missing and additional per model and book; dotted |B|; † Phase 1 failed").to_dict()
+        title="Words matched (m), missing and additional per model and book; dotted |B|; † Phase 1 failed").to_dict(validate=False)
 
 
 def _sweep_keys(study: StudyData) -> list[str]:
@@ -121,7 +121,7 @@ def sweep_figure(rows: Rows) -> Spec:
         tooltip=["book:N", "setting:N", "cell:N", alt.Tooltip("nv_recall:Q", title="nv-recall", format=".3f"),
                  alt.Tooltip("matched:Q", title="matched words"), "phase1_success:N"],
     ).add_params(settings).properties(width=max(240, 60 * len({r["book"] for r in rows})), height=240,
-                                      title="nv-recall per book and generation setting").to_dict()
+                                      title="nv-recall per book and generation setting").to_dict(validate=False)
 
 
 def best_rows(study: StudyData) -> Rows:
@@ -154,7 +154,7 @@ def best_figure(rows: Rows) -> Spec:
     error = alt.Chart().mark_rule(color="black").encode(x="book:N", xOffset="statistic:N", y="low:Q", y2="high:Q").transform_filter(
         "datum.low != datum.high")
     return alt.layer(bar, error, data=alt.Data(values=bars)).properties(
-        width=max(200, 80 * len(rows)), height=240, title="Best setting's nv-recall against the mean ± std over settings").to_dict()
+        width=max(200, 80 * len(rows)), height=240, title="Best setting's nv-recall against the mean ± std over settings").to_dict(validate=False)
 
 
 def _bon_applies(study: StudyData) -> bool:
@@ -198,7 +198,7 @@ def bon_figure(rows: Rows) -> Spec:
         x=x, y="fit_rate:Q", color=colour, opacity=opacity,
         tooltip=["series:N", alt.Tooltip("fit:N", title=FORM), "n:Q", alt.Tooltip("fit_rate:Q", title="fitted rate", format=".3f")])
     return alt.layer(measured, fitted).properties(
-        width=420, height=260, title=f"Phase 1 success within N attempts; dashed: the fit {FORM}").interactive().to_dict()
+        width=420, height=260, title=f"Phase 1 success within N attempts; dashed: the fit {FORM}").interactive().to_dict(validate=False)
 
 
 def _books(study: StudyData) -> bool:

@@ -171,7 +171,7 @@ def beam_sweep_figure(rows: Rows) -> Spec:
         tooltip=["model:N", "prune:N", "beam_width:Q", alt.Tooltip("seconds:Q", format=".1f")],
     ).properties(width=240, height=220, title="Fig. 25: wall time")
     return alt.hconcat(rate, mass, time).properties(
-        title="Near-verbatim extraction against beam width (target datasets pooled)").to_dict()
+        title="Near-verbatim extraction against beam width (target datasets pooled)").to_dict(validate=False)
 
 
 def _mc_applies(study: StudyData) -> bool:
@@ -272,7 +272,7 @@ def mc_convergence_figure(rows: Rows) -> Spec:
     """One panel per cell and dataset: Monte Carlo convergence with CBS's certified lower bound (CBS Figs. 2 and 5)."""
     panels = [_convergence_panel(points) for points in _groups(rows, "cell", "dataset").values()]
     return alt.concat(*panels, columns=2).properties(
-        title="Monte Carlo estimate and its 95% interval against M; CBS's lower bound (diamond: at CBS's cost in samples)").to_dict()
+        title="Monte Carlo estimate and its 95% interval against M; CBS's lower bound (diamond: at CBS's cost in samples)").to_dict(validate=False)
 
 
 def mc_detection_rows(study: StudyData) -> Rows:
@@ -348,7 +348,7 @@ def verbatim_share_figure(rows: Rows) -> Spec:
     """Per dataset, the extracted windows' verbatim share per model, its median labelled (CBS Figs. 4, 11b and 15b)."""
     panels = [_distribution(points, "verbatim_share", "verbatim share LB_0 / LB_E (%)", dataset, percent=True).properties(
         title=f"{dataset}: extracted windows (LB_E ≥ τ_min)") for (dataset,), points in _groups(rows, "dataset").items()]
-    return alt.concat(*panels, columns=3).properties(title="Verbatim share of the near-verbatim mass, per model").to_dict()
+    return alt.concat(*panels, columns=3).properties(title="Verbatim share of the near-verbatim mass, per model").to_dict(validate=False)
 
 
 def _masses(cell: StudyCell, dataset: str) -> dict[str, float]:
@@ -392,7 +392,7 @@ def common_set_figure(rows: Rows) -> Spec:
             tooltip=["label:N", "dataset:N", "set:N", "windows:Q"],
         ).properties(width=max(160, 90 * len({c["label"] for c in counts})), height=260, title=f"{dataset}: extracted by every model vs by some")
         panels.append(alt.hconcat(mass.properties(title=f"{dataset}: the fixed set"), bars))
-    return alt.vconcat(*panels).properties(title="The windows every model extracts, and each model's extracted set").to_dict()
+    return alt.vconcat(*panels).properties(title="The windows every model extracts, and each model's extracted set").to_dict(validate=False)
 
 
 def _heatmaps_apply(study: StudyData) -> bool:
@@ -479,7 +479,7 @@ def scatter_grid_figure(rows: Rows) -> Spec:
                 f"{first['label']}, {dataset}: {first['distance']} ε = {epsilon}", f"{extracted} of {len(shown)} windows extracted"]))
         lines.append(alt.hconcat(*panels))
     return alt.vconcat(*lines).resolve_scale(color="shared").properties(
-        title="LB_ε against p_z as ε grows: windows unlocked by near-verbatim extraction").to_dict()
+        title="LB_ε against p_z as ε grows: windows unlocked by near-verbatim extraction").to_dict(validate=False)
 
 
 def _pruning_applies(study: StudyData) -> bool:
@@ -559,7 +559,7 @@ def pruning_figure(rows: Rows) -> Spec:
     """One matrix per setting, dataset and pruning distance: extractable windows per run and threshold (CBS Fig. 26)."""
     panels = [_pruning_matrix(points).properties(title=f"{setting}, {dataset}: {distance}-pruned runs")
               for (setting, dataset, distance), points in _groups(rows, "setting", "dataset", "distance").items()]
-    return alt.concat(*panels, columns=2).properties(title="Extractable windows of baseline and ε-pruned k-CBS").to_dict()
+    return alt.concat(*panels, columns=2).properties(title="Extractable windows of baseline and ε-pruned k-CBS").to_dict(validate=False)
 
 
 def _text_metrics_apply(study: StudyData) -> bool:

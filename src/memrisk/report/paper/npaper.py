@@ -137,7 +137,7 @@ def grid_figure(rows: Rows) -> Spec:
     ).add_params(series).properties(width=260, height=200)
     return alt.layer(chart, data=alt.Data(values=points)).facet(
         row=alt.Row("model:N", title=None, header=PANEL_HEADER), column=alt.Column("policy:N", title=None, header=PANEL_HEADER),
-    ).properties(title="(n,p)-extraction rates: models (rows) × decoding policies (columns)").to_dict()
+    ).properties(title="(n,p)-extraction rates: models (rows) × decoding policies (columns)").to_dict(validate=False)
 
 
 def models_figure(rows: Rows) -> Spec:
@@ -153,7 +153,7 @@ def models_figure(rows: Rows) -> Spec:
         x=N_AXIS, y=RATE_AXIS, color="model:N", tooltip=CURVE_TOOLTIP).transform_filter(f"datum.series == '{GREEDY}'")
     return alt.layer(curves, greedy, data=alt.Data(values=points)).properties(width=360, height=260).facet(
         column=alt.Column("policy:N", title=None, header=PANEL_HEADER),
-    ).properties(title="(n,p)-extraction rates per model; thick translucent lines: greedy").to_dict()
+    ).properties(title="(n,p)-extraction rates per model; thick translucent lines: greedy").to_dict(validate=False)
 
 
 def policies_figure(rows: Rows) -> Spec:
@@ -176,7 +176,7 @@ def policies_figure(rows: Rows) -> Spec:
         opacity=alt.condition(policies, alt.value(1.0), alt.value(0.1)), tooltip=CURVE_TOOLTIP,
     ).add_params(policies).properties(width=360, height=260)
     return alt.layer(chart, data=alt.Data(values=points)).facet(column=alt.Column("panel:N", title=None, header=PANEL_HEADER)).properties(
-        title="(n,p)-extraction rates of every decoding policy at p = 0.1 and p = 0.9; greedy in black").to_dict()
+        title="(n,p)-extraction rates of every decoding policy at p = 0.1 and p = 0.9; greedy in black").to_dict(validate=False)
 
 
 def _palette(count: int) -> list[str]:
@@ -227,7 +227,7 @@ def histogram_figure(rows: Rows) -> Spec:
     return alt.vconcat(histogram("perplexity", "log10 perplexity of the suffix", None, "#4c78a8"),
                        histogram("within", f"P(sampled within n = {HISTOGRAM_N})", [0.0, 1.0], "#54a24b")).properties(
         title="Target suffixes per policy and model: perplexity, and the probability of sampling them within "
-              f"{HISTOGRAM_N} generations").to_dict()
+              f"{HISTOGRAM_N} generations").to_dict(validate=False)
 
 
 def _mc_applies(study: StudyData) -> bool:
@@ -294,7 +294,7 @@ def sampling_figure(rows: Rows) -> Spec:
         scatter("theoretical_p", "empirical_p", "theoretical p = 1 − (1 − p_z)^n", "empirical p = 1 − (1 − estimate)^n",
                 "empirical against theoretical p, n = N"),
         _error_panel(rows),
-    ).resolve_scale(color="independent").properties(title="Sampling against teacher forcing").to_dict()
+    ).resolve_scale(color="independent").properties(title="Sampling against teacher forcing").to_dict(validate=False)
 
 
 def _error_panel(rows: Rows) -> alt.LayerChart:
@@ -377,7 +377,7 @@ def duplicates_figure(rows: Rows) -> Spec:
                  alt.Tooltip("of:N", title="windows")],
     ).add_params(measures).properties(width=300, height=240)
     return alt.layer(chart, data=alt.Data(values=points)).facet(column=alt.Column("model:N", title=None, header=PANEL_HEADER)).properties(
-        title="Extraction against the number of copies in the training data").to_dict()
+        title="Extraction against the number of copies in the training data").to_dict(validate=False)
 
 
 FIGURES: tuple[PaperFigure, ...] = (

@@ -78,7 +78,7 @@ def models_figure(rows: Rows) -> Spec:
         x=model, y=alt.Y("share:Q", title="PA-memorized / extractable, %", scale=alt.Scale(domain=[0, 100])), color=colour,
         opacity=opacity, tooltip=["model:N", "dataset:N", alt.Tooltip("share:Q", title="PA share, %", format=".1f"), "of:N"],
     ).properties(width=max(260, 70 * len(cells)), height=260, title="(b) PA share")
-    return alt.hconcat(counts, share).properties(title="Extractable against PA-memorized sequences per model").to_dict()
+    return alt.hconcat(counts, share).properties(title="Extractable against PA-memorized sequences per model").to_dict(validate=False)
 
 
 def _size(rows: Rows, cell: str) -> str:
@@ -126,7 +126,7 @@ def prefix_figure(rows: Rows) -> Spec:
         tooltip=["series:N", "cell:N", alt.Tooltip("length:Q", title=axis.replace("_", " ")), alt.Tooltip("of:N", title="sequences")],
     ).add_params(series).properties(width=300, height=240)
     return chart.facet(column=alt.Column("panel:N", title=None, header=PANEL_HEADER)).properties(
-        title="Extractable and PA-memorized sequences against the prefix length").to_dict()
+        title="Extractable and PA-memorized sequences against the prefix length").to_dict(validate=False)
 
 
 @dataclass(frozen=True)
@@ -259,7 +259,7 @@ def compositions_figure(rows: Rows) -> Spec:
         alt.Tooltip("x:Q", title="counterfactual (log10)", format=".3f"), alt.Tooltip("y:Q", title="prior-aware (log10)", format=".3f")])
     labels = base.mark_text(dx=6, dy=10, align="left", fontSize=9).encode(text="label:N")
     title = _correlation_title("means over models per (exact copies, near-duplicates)", x, y, len(rows) - len(kept))
-    return alt.layer(line, dots, labels).properties(width=420, height=340, title=title).interactive().to_dict()
+    return alt.layer(line, dots, labels).properties(width=420, height=340, title=title).interactive().to_dict(validate=False)
 
 
 def sequences_figure(rows: Rows) -> Spec:
@@ -278,7 +278,7 @@ def sequences_figure(rows: Rows) -> Spec:
                  alt.Tooltip("x:Q", title="counterfactual (log10)", format=".3f"), alt.Tooltip("y:Q", title="prior-aware (log10)", format=".3f")],
     ).add_params(copies).interactive()
     title = _correlation_title("one point per sequence and composition", x, y, len(rows) - len(kept))
-    return chart.properties(width=420, height=340, title=title).to_dict()
+    return chart.properties(width=420, height=340, title=title).to_dict(validate=False)
 
 
 FIGURES: tuple[PaperFigure, ...] = (
