@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from memrisk import rules
 from memrisk.report import charts, metrics
-from memrisk.report.markup import Html, Picture, chart, join, note, pct, table, tag
+from memrisk.report.markup import Html, Picture, chart, count_rate, join, note, table, tag
 from memrisk.report.run_page import Run, extracted_mask
 
 
@@ -25,14 +25,24 @@ def comparison_section(runs: Sequence[Run]) -> tuple[Html, list[Picture]]:
                                     "CCDF of the near-verbatim mass gain per run (share of all target windows).")
         drawn.append(ccdf_html)
         pics.append(ccdf_pic)
+    else:
+        drawn.append(note("No mass-gain CCDF: it needs p_z (probabilistic) and CBS bounds (cbs), and no run has both."))
     rows = []
     for r in runs:
         rates, control = metrics.extraction_rates(r.role("target"), tau), r.role("control")
-        rows.append((r.label, rates["count"], pct((rates.get("greedy") or [None])[0]), pct(rates.get("probabilistic")),
-                     pct((rates.get("cbs") or [None])[-1]), f"{int(extracted_mask(control, tau).sum())}/{control.count}"))
+        rows.append((r.label, rates["count"], *(_of(rate, rates["count"]) for rate in (
+            (rates.get("greedy") or [None])[0], rates.get("probabilistic"), (rates.get("cbs") or [None])[-1])),
+            f"{int(extracted_mask(control, tau).sum())}/{control.count}"))
     parts: list[object] = [tag("h2", "Comparison of runs")]
     if len({r.tau for r in runs}) > 1:
         parts.append(note(f"The runs use different τ_min; this section applies the first run's τ_min = {tau:g} to all."))
     parts += [table(["run", "target sequences", "greedy verbatim", "p_z ≥ τ", "CBS LB_E ≥ τ", "control hits"], rows),
+              note("Each rate is k/n target windows of that run (a method the run did not run shows —); control hits are the "
+                   "negative-control windows any method extracted, of the run's controls."),
               *drawn]
     return join(parts), pics
+
+
+def _of(rate: float | None, count: int) -> str:
+    """A rate as 'k/n (x%)', '—' when the run has no such rate."""
+    return "—" if rate is None else count_rate(round(rate * count), count)
