@@ -13,6 +13,7 @@ docs/make_figures.py` runs them all in full."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -99,6 +100,16 @@ def test_every_entry_is_drawn_by_its_study_and_committed(regenerated) -> None:
         assert committed.is_file(), f"{committed.relative_to(REPO)} is not committed"
 
 
+def _wait_until(condition: Any, timeout: float = 30.0) -> bool:
+    """Whether `condition()` holds within `timeout` seconds (Vega-Embed draws the charts after the page loads)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 @pytest.mark.skipif(BROWSER_MISSING is not None, reason=BROWSER_MISSING or "")
 def test_every_study_page_opens_in_chromium_with_its_figures(regenerated, browser, tmp_path) -> None:
     by_study: dict[str, list[dict[str, str]]] = {}
@@ -107,9 +118,10 @@ def test_every_study_page_opens_in_chromium_with_its_figures(regenerated, browse
     for study, listed in by_study.items():
         page = regenerated / Path(study).stem / "report.html"
         browser.get(page.as_uri())
-        images = browser.execute_script(
-            "return Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])")
-        assert images and all(loaded for _, loaded in images), f"{study}: an image did not load"
+        charts = page.read_text(encoding="utf-8").count('class="memrisk-chart"')
+        assert charts and _wait_until(lambda: browser.execute_script(
+            "return Array.from(document.querySelectorAll('div.chart')).filter(c => c.dataset.ready === 'true').length") == charts), \
+            f"{study}: a chart was not drawn"
         captions = browser.execute_script("return Array.from(document.querySelectorAll('figcaption, h3')).map(c => c.innerText)")
         for entry in listed:
             assert any(entry["figure"] in caption for caption in captions), f"{study}: no caption names {entry['figure']}"
