@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import pyarrow.parquet as pq
@@ -11,6 +12,7 @@ import yaml
 from memrisk.cli import main
 from memrisk.errors import MemriskError
 from memrisk.methods.base import is_measurement
+from memrisk.report.markup import count_rate
 from memrisk.runner import load_run_model, run_experiment
 from memrisk.study import cell_name, load_study, run_study, set_dotted
 from tests.integration.test_run import records, write_config
@@ -180,4 +182,9 @@ def test_the_study_report_tabulates_every_cell_and_draws_each_number_against_eac
     page = (out / "report.html").read_text()
     assert "Study: 4 cells over cbs.beam_width, cbs.epsilon" in page and page.count("<figure") == len(figures)
     assert page.count('class="memrisk-explorer-data"') == 4 and page.count('class="explorer-picker"') == 1
+    for row in rows:  # the page shows each rate as k/n windows of its dataset, with the signatures behind it
+        summary = json.loads((out / "cells" / row["cell"] / "summary.json").read_text())
+        n = summary["datasets"]["story"]["examples"]
+        assert count_rate(round(float(row["story.cbs_rate"]) * n), n) in page
+        assert all(html.escape(line) in page for line in summary["signatures"].values())
     assert main(["report", str(out)]) == 0

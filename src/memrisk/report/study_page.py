@@ -13,10 +13,10 @@ from typing import Any
 
 import altair as alt
 from memrisk import layout
-from memrisk.report.markup import Html, Picture, chart, join, note, table, tag
+from memrisk.report.markup import Html, Picture, chart, count_rate, join, note, table, tag
 from memrisk.report.paper import Reproduced, reproduce
 from memrisk.report.run_page import explorer_section, load_run
-from memrisk.report.study_data import StudyData, load_study_data
+from memrisk.report.study_data import StudyCell, StudyData, load_study_data
 
 MetricRow = dict[str, Any]
 
@@ -143,6 +143,32 @@ def explorers_section(study: StudyData) -> Html:
     return join([tag("h2", "Windows"), tag("p", tag("label", "cell: ", picker)), *sections])
 
 
+RATES = ("p_z_rate", "greedy_rate", "cbs_rate", "mc_rate")
+"""The headline numbers that are shares of a dataset's windows (the PA share's denominator is the extractable windows)."""
+
+
+def _cell_value(cell: StudyCell, column: str, value: Any) -> Any:
+    """A study-table entry as the page shows it: a rate as k/n windows of its dataset, another float to 4 digits."""
+    dataset, _, name = column.partition(".")
+    if isinstance(value, float) and name.split(".")[0] in RATES and dataset in cell.summary.get("datasets", {}):
+        windows = cell.summary["datasets"][dataset]["examples"]
+        return count_rate(round(value * windows), windows)
+    return f"{value:.4g}" if isinstance(value, float) else value
+
+
+def signatures_note(study: StudyData) -> Html:
+    """The settings behind the table's numbers: every distinct method signature of the cells, with the cells it holds for."""
+    cells: dict[str, list[str]] = {}
+    for cell in study.cells:
+        for method, line in (cell.summary.get("signatures") or {}).items():
+            cells.setdefault(f"{method}: {line}", []).append(cell.name)
+    if not cells:
+        return Html("")
+    items = [tag("li", tag("code", line), f" ({', '.join(names) if len(names) < len(study.cells) else 'every cell'})")
+             for line, names in cells.items()]
+    return join([note("Rates are k/n windows of the dataset; the settings behind them, per method:"), tag("ul", *items, class_="note")])
+
+
 def _shown(value: Any) -> Any:
     return "—" if value is None else f"{value:.4g}" if isinstance(value, float) else value
 
@@ -168,7 +194,7 @@ def study_section(folder: Path) -> StudySection:
     cells = {} if study.books else {cell.name: key for key, cell in enumerate(study.cells)}
     metrics = list(dict.fromkeys(k for row in rows for k in row if k not in axes and k != "cell"))
     columns = ["cell", *axes, *metrics]
-    shown = [[row.get(c) if not isinstance(row.get(c), float) else f"{row[c]:.4g}" for c in columns] for row in rows]
+    shown = [[_cell_value(cell, c, row.get(c)) for c in columns] for cell, row in zip(study.cells, rows)]
     papers, pics = paper_section(reproduced, cells)
     drawn = axis_charts(axes, [m for m in metrics if "token_evals" not in m], rows)
     body = join([
@@ -179,6 +205,7 @@ def study_section(folder: Path) -> StudySection:
         note(f"One row per cell ({layout.CELLS}/NAME, an ordinary run folder). Rates are shares of windows; "
              f"token evaluations are per window (CBS paper App. C.3). The same table is in {layout.STUDY_TABLE}."),
         table(columns, [["—" if v is None else v for v in r] for r in shown]),
+        signatures_note(study),
         papers,
         tag("h2", "Every number against every axis"),
         join(html for html, _ in drawn) if drawn else note(
