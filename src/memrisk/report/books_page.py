@@ -137,7 +137,8 @@ def merge_rows(name: str, result: NVRecall, book_words: list[str]) -> list[dict[
     counted = books.counted_runs(result.stages)
     rows = []
     names = stage_names(result)
-    for stage, blocks, kept in zip(names, result.stages, counted):
+    for stage, blocks, counted_blocks in zip(names, result.stages, counted):
+        kept = set(counted_blocks)
         for block in blocks:
             if stage == names[0] and block.book_span < SHORTEST_RUN_SHOWN:
                 continue

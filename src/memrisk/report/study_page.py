@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import altair as alt
+
 from memrisk import layout
 from memrisk.report.markup import Html, Picture, chart, count_rate, join, note, table, tag
 from memrisk.report.paper import Reproduced, reproduce
