@@ -16,6 +16,8 @@ from memrisk.books.run import run_books
 from memrisk.cli import main
 from memrisk.errors import MemriskError
 from memrisk.study import run_study
+from tests.integration.test_paper_cbs import window_rows
+from tests.integration.test_paper_np import check_spec, data_rows, n_axes, page_specs, walk
 from tests.unit.test_books_replay import Recorder, write_config
 
 TEMPERATURES = (0.0, 0.7)
@@ -128,6 +130,47 @@ def test_each_books_figure_csv_equals_its_recomputation(study, tmp_path) -> None
         else:
             assert rows[0]["fit_a"] == ""
     assert 0 < float(bon[-1]["success_rate"]) < 1 and bon[-1]["model"] == "all" and bon[-1]["fit_a"] != ""
+    check_figures(out, table, sweep, bon)
+
+
+def check_figures(out: Path, table: list[dict[str, str]], sweep: list[dict[str, str]], bon: list[dict[str, str]]) -> None:
+    """Each Books figure is a Vega-Lite chart of its CSV, hover showing its numbers (counts of |B|, successes as k of n,
+    the fit's a and b); a books study has no windows, so no mark names one."""
+    specs = page_specs(out)
+    assert {slug for slug in specs if slug.startswith("books-")} == {
+        "books-fig7-word-counts", "books-fig9a-settings", "books-fig14-best-vs-mean", "books-bon-power-law"}
+    assert not window_rows(list(specs.values()))
+
+    check_spec(specs["books-fig7-word-counts"], [{"book", "model", "words", "count", "book_words"}])
+    words = {(p["model"], p["book"], p["words"]): p["count"] for p in data_rows(specs["books-fig7-word-counts"])}
+    assert words == {(r["model"] + ("" if r["phase1_success"] == "True" else " †"), r["book"], key): int(r[key])
+                     for r in table for key in ("matched", "missing", "additional")}
+
+    check_spec(specs["books-fig9a-settings"], [{"book", "setting", "cell", "nv_recall", "of", "phase1_success"}])
+    assert all(int(r["book_words"]) == 300 for r in sweep)
+    assert [(p["setting"], p["book"], p["of"]) for p in data_rows(specs["books-fig9a-settings"])] == \
+        [(r["setting"], r["book"], f"{int(r['matched']):,} of 300") for r in sweep]
+
+    best = read_csv(out / "figures" / "books-fig14-best-vs-mean.csv")
+    spec = specs["books-fig14-best-vs-mean"]
+    check_spec(spec, [{"book", "statistic", "setting", "nv_recall", "std"}, {"book", "nv_recall", "std", "low", "high"}])
+    bars = data_rows(spec)
+    assert [(p["book"], p["statistic"], p["nv_recall"]) for p in bars] == [
+        (r["book"], statistic, pytest.approx(float(r[key]))) for r in best
+        for statistic, key in (("best setting", "best_nv_recall"), ("mean ± std over settings", "mean_nv_recall"))]
+    assert [p["high"] - p["low"] for p in bars if p["std"] is not None] == [pytest.approx(2 * float(r["std_nv_recall"])) for r in best]
+    assert {m["mark"]["type"] for m in walk(spec) if "mark" in m} == {"bar", "rule"}
+
+    spec = specs["books-bon-power-law"]
+    check_spec(spec, [{"series", "n", "success_rate", "within"}, {"series", "fit", "n", "fit_rate"}])
+    assert n_axes(spec) == {("log", "~s")}
+    points = data_rows(spec)
+    measured = [p for p in points if "fit" not in p]
+    assert [(p["series"], p["n"], p["within"]) for p in measured] == [(r["model"], int(r["n"]), f"{r['succeeded']} of {r['probes']}") for r in bon]
+    fitted = [p for p in points if "fit" in p]
+    assert [(p["series"], p["fit"]) for p in fitted] == [
+        (r["model"], f"a = {float(r['fit_a']):.3g}, b = {float(r['fit_b']):.3g}") for r in bon if r["fit_a"]]
+    assert fitted and all(f["fit_rate"] == pytest.approx(float(r["fit_rate"])) for f, r in zip(fitted, [r for r in bon if r["fit_a"]]))
 
 
 def test_a_books_study_resumes_sends_nothing_again_and_refuses_a_changed_study(study, tmp_path, capsys) -> None:

@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from memrisk.cli import main
+from memrisk.report.paper import cbs
 from tests.integration.test_study import write_study
 
 TAU = 1e-3
@@ -43,6 +44,45 @@ def cell_records(out: Path, cell: str, dataset: str | None = None) -> list[dict]
 
 def figures(out: Path) -> set[str]:
     return {p.name for p in (out / "figures").iterdir() if p.name.startswith("cbs-")}
+
+
+CHART = re.compile(r'<script type="application/json" class="memrisk-chart" data-target="chart-(cbs-[^"]+)" data-cells="([^"]*)">(.*?)</script>',
+                   re.S)
+
+
+def page_specs(out: Path) -> dict[str, dict]:
+    """The Vega-Lite spec of each CBS figure on a study's page, by slug."""
+    return {slug: json.loads(spec) for slug, _, spec in CHART.findall((out / "report.html").read_text(encoding="utf-8"))}
+
+
+def walk(spec: Any, key: str) -> list[Any]:
+    """Every value under `key` at any depth of a spec."""
+    if isinstance(spec, dict):
+        return [v for k, v in spec.items() if k == key] + [x for v in spec.values() for x in walk(v, key)]
+    if isinstance(spec, list):
+        return [x for item in spec for x in walk(item, key)]
+    return []
+
+
+def data_rows(spec: dict) -> list[dict]:
+    """Every inline data row of a spec."""
+    return [row for values in walk(spec, "values") if isinstance(values, list) for row in values if isinstance(row, dict)]
+
+
+def tooltip_fields(spec: dict) -> set[str]:
+    """The fields any mark of a spec shows on hover."""
+    return {item.get("field") for tooltip in walk(spec, "tooltip") if isinstance(tooltip, list) for item in tooltip}
+
+
+def check_spec(out: Path, slug: str, spec: dict, hover: set[str]) -> None:
+    """A drawable Vega-Lite spec with a title, JSON without NaN, legends outside the plot, hover showing `hover`, and
+    its PNG and SVG written by vl-convert."""
+    assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/") and spec["title"], slug
+    json.dumps(spec, allow_nan=False)
+    assert hover <= tooltip_fields(spec), (slug, hover - tooltip_fields(spec))
+    assert all(legend is None or legend.get("orient", "right") == "right" for legend in walk(spec, "legend")), slug
+    assert (out / "figures" / f"{slug}.png").read_bytes().startswith(b"\x89PNG")
+    assert b"<svg" in (out / "figures" / f"{slug}.svg").read_bytes()[:200]
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +116,31 @@ def test_a_study_without_models_monte_carlo_or_text_metrics_gets_only_the_figure
     """No model axis (Figs. 4, 20, 21), no Monte Carlo (Figs. 2/5, Table 1), no text metrics (Table 15)."""
     assert figures(beam_study) == {f"cbs-{name}.{ext}" for name in ("fig23-25-beam-width", "fig22-scatter-by-epsilon", "fig26-pruning")
                                    for ext in ("csv", "png", "svg")} | {"cbs-table2-cost.csv"}
+
+
+def test_the_sweep_figures_are_vega_lite_specs_whose_hover_gives_counts_as_k_of_n(beam_study) -> None:
+    """Figs. 23–25 and 26 hover with each rate as k of n windows; Fig. 22's points carry a real window of their cell."""
+    specs = page_specs(beam_study)
+    assert set(specs) == {"cbs-fig22-scatter-by-epsilon", "cbs-fig23-25-beam-width", "cbs-fig26-pruning"}
+    check_spec(beam_study, "cbs-fig23-25-beam-width", specs["cbs-fig23-25-beam-width"],
+               {"model", "prune", "epsilon", "beam_width", "rate", "of", "seconds"})
+    check_spec(beam_study, "cbs-fig26-pruning", specs["cbs-fig26-pruning"], {"run", "cell", "d", "of", "baseline", "difference"})
+    check_spec(beam_study, "cbs-fig22-scatter-by-epsilon", specs["cbs-fig22-scatter-by-epsilon"],
+               {"id", "dataset", "cell", "verdict", "p_z", "lb"})
+    rows = read_csv(beam_study / "figures" / "cbs-fig23-25-beam-width.csv")
+    shown = {(r["prune"], r["epsilon"], r["beam_width"]): r["of"] for r in data_rows(specs["cbs-fig23-25-beam-width"]) if "rate" in r}
+    for (prune, epsilon, width), of in shown.items():
+        mine = [r for r in rows if r["prune"] == str(prune) and int(r["epsilon"]) == epsilon and int(r["beam_width"]) == width]
+        assert of == f"{sum(int(r['extractable']) for r in mine)} of {sum(int(r['windows']) for r in mine)}"
+    assert {(w, e) for _, e, w in shown} == {(1, 0), (1, 1), (2, 0), (2, 1)}
+    pruning = {(r["cell"], r["d"]): r["of"] for r in data_rows(specs["cbs-fig26-pruning"])}
+    for row in read_csv(beam_study / "figures" / "cbs-fig26-pruning.csv"):
+        expected = f"{row['extractable']} of {row['windows']}" if row["extractable"] else f"d > the run's ε = {row['run_epsilon']}"
+        assert pruning[(row["cell"], f"≤ {row['threshold']}")] == expected
+
+
+def test_the_cbs_figures_module_draws_without_matplotlib() -> None:
+    assert "matplotlib" not in Path(cbs.__file__).read_text(encoding="utf-8")
 
 
 # ---- two models over a text the first one wrote -----------------------------------------------------------------
@@ -166,8 +231,7 @@ def test_every_window_mark_names_a_real_window_of_its_cell_and_the_page_maps_cel
     page = (model_study / "report.html").read_text(encoding="utf-8")
     windows = {cell: {r["example_id"] for r in story} for cell, story in story_cells(model_study).items()}
     keys = {cell["name"]: key for key, cell in enumerate(json.loads((model_study / "study.json").read_text()))}
-    charts = re.findall(r'<script type="application/json" class="memrisk-chart" data-target="chart-(cbs-[^"]+)" data-cells="([^"]*)">(.*?)</script>',
-                        page, re.S)
+    charts = CHART.findall(page)
     assert charts and all(json.loads(html.unescape(mapping)) == keys for _, mapping, _ in charts)
     marked = {}
     for slug, _, spec in charts:
@@ -177,6 +241,54 @@ def test_every_window_mark_names_a_real_window_of_its_cell_and_the_page_maps_cel
     for slug in ("cbs-fig2-5-mc-convergence", "cbs-fig4-verbatim-share", "cbs-fig20-common-set", "cbs-fig21-heatmaps",
                  "cbs-fig22-scatter-by-epsilon"):
         assert marked[slug] > 0, f"{slug} has windows to open"
+
+
+def by_cell(spec: dict) -> dict[str, set[str]]:
+    """The windows a spec's marks name, per cell."""
+    out: dict[str, set[str]] = {}
+    for row in window_rows(spec):
+        out.setdefault(row["cell"], set()).add(row["id"])
+    return out
+
+
+def test_each_model_figure_is_a_vega_lite_spec_whose_marks_are_the_windows_it_draws(model_study) -> None:
+    """Figs. 2/5, 4, 20, 21 and 22: hover names each window's id, dataset and cell with its values; the marks are the
+    very windows the figure is about (the followed window, the extracted ones, the common set, the max owners)."""
+    specs = page_specs(model_study)
+    hover = {"cbs-fig2-5-mc-convergence": {"samples", "mc_estimate", "interval", "mc_token_evals", "cbs_lower", "what"},
+             "cbs-fig4-verbatim-share": {"label", "verbatim_share", "verbatim_mass", "lower", "median"},
+             "cbs-fig20-common-set": {"label", "lower", "median", "set", "of"},
+             "cbs-fig21-heatmaps": {"document", "strip", "start", "end", "p"},
+             "cbs-fig22-scatter-by-epsilon": {"verdict", "p_z", "lb"}}
+    for slug, fields in hover.items():
+        check_spec(model_study, slug, specs[slug], fields | {"id", "cell"} | ({"dataset"} if slug != "cbs-fig21-heatmaps" else set()))
+    stories = story_cells(model_study)
+    extracted = {cell: {r["example_id"] for r in story if r["cbs_lower.levenshtein"][2] >= TAU} for cell, story in stories.items()}
+    every = set.intersection(*extracted.values())
+    best = {cell: max(story, key=lambda r: (r["cbs_lower.levenshtein"][2], r["mc_estimate"][-1][2]))["example_id"]
+            for cell, story in stories.items()}
+    assert by_cell(specs["cbs-fig2-5-mc-convergence"]) == {cell: {i} for cell, i in best.items()}
+    assert by_cell(specs["cbs-fig4-verbatim-share"]) == extracted
+    assert by_cell(specs["cbs-fig20-common-set"]) == {cell: every for cell in stories}
+    unlocked = {cell: {r["example_id"] for r in story if r["log_p.topk3"] >= math.log(TAU) or r["cbs_lower.levenshtein"][2] >= TAU}
+                for cell, story in stories.items()}
+    assert by_cell(specs["cbs-fig22-scatter-by-epsilon"]) == unlocked
+    records = {(cell, r["example_id"]): r for cell, story in stories.items() for r in story}
+    heat = window_rows(specs["cbs-fig21-heatmaps"])
+    assert {row["strip"] for row in heat} == {"p_z", "LB_E"}
+    for row in heat:
+        record = records[(row["cell"], row["id"])]
+        value = math.exp(record["log_p.topk3"]) if row["strip"] == "p_z" else record["cbs_lower.levenshtein"][2]
+        assert row["p"] == pytest.approx(value) and value >= TAU
+    shares = {(r["cell"], r["id"]): r["verbatim_share"] for r in window_rows(specs["cbs-fig4-verbatim-share"])}
+    for (cell, example_id), share in shares.items():
+        lower = records[(cell, example_id)]["cbs_lower.levenshtein"]
+        assert share == pytest.approx(100 * lower[0] / lower[2])
+    counts = {(r["label"], r["set"]): r["of"] for r in data_rows(specs["cbs-fig20-common-set"]) if "set" in r}
+    labels = {r["cell"]: r["label"] for r in read_csv(model_study / "figures" / "cbs-fig20-common-set.csv")}
+    assert set(labels.values()) == {"name=model0", "name=model-b0"}
+    for cell, label in labels.items():
+        assert counts[(label, "extracted by every model")] == f"{len(every)} of {len(extracted[cell])} windows this model extracts"
 
 
 def test_mc_convergence_follows_the_window_with_the_largest_lower_bound_and_prices_cbs_in_samples(model_study) -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 import math
 import random
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -17,6 +20,7 @@ import yaml
 import memrisk
 from memrisk.cli import main
 from tests.conftest import WORDS
+from tests.integration.test_paper_cbs import window_rows
 
 STORY = random.Random(0).choices(WORDS, k=600)
 SLUGS = ("np-fig2-sampling", "np-fig5-models", "np-fig6-duplicates", "np-fig12-policies", "np-fig13-histograms", "np-fig14-17-grid")
@@ -96,6 +100,51 @@ def targets(study: Path, cell: str) -> list[dict]:
     """The target windows in the order the figures pool them: dataset by dataset."""
     rows = records(study, cell, "target")
     return [r for name in ("x1", "x4") for r in rows if r["dataset"] == name]
+
+
+def page_specs(study: Path) -> dict[str, dict]:
+    """Every chart of the study page as the page embeds it, by its figure's slug."""
+    page = (study / "report.html").read_text(encoding="utf-8")
+    found = re.findall(r'<script type="application/json" class="memrisk-chart" data-target="chart-([^"]+)"[^>]*>(.*?)</script>', page, re.S)
+    return {slug: json.loads(spec) for slug, spec in found}
+
+
+def walk(spec: Any) -> list[dict]:
+    """Every object of a spec, at any depth."""
+    if isinstance(spec, dict):
+        return [spec] + [item for value in spec.values() for item in walk(value)]
+    if isinstance(spec, list):
+        return [item for value in spec for item in walk(value)]
+    return []
+
+
+def tooltips(spec: dict) -> list[set[str]]:
+    """The fields each mark's tooltip shows (an aggregate by its operation, `count`)."""
+    return [{t.get("field") or t["aggregate"] for t in item["encoding"]["tooltip"]}
+            for item in walk(spec) if "mark" in item and isinstance(item.get("encoding", {}).get("tooltip"), list)]
+
+
+def data_rows(spec: dict) -> list[dict]:
+    """Every inline data row of a spec."""
+    return [row for item in walk(spec) if isinstance(item.get("values"), list) for row in item["values"] if isinstance(row, dict)]
+
+
+def n_axes(spec: dict) -> set[tuple[str, str]]:
+    """The scale type and label format of every axis of the field `n`."""
+    return {(x["scale"]["type"], x["axis"]["format"]) for x in walk(spec) if x.get("field") == "n" and "axis" in x}
+
+
+def check_spec(spec: dict, fields: list[set[str]], toggle: bool = True) -> None:
+    """A Vega-Lite spec with a title, JSON without NaN, no legend inside a plot, a legend that toggles series when
+    `toggle`, and for each set of `fields` a mark whose tooltip shows them all."""
+    assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/") and spec["title"]
+    json.dumps(spec, allow_nan=False)
+    assert toggle == any(item.get("bind") == "legend" for item in walk(spec) if "select" in item)
+    legends = [item["legend"] for item in walk(spec) if isinstance(item.get("legend"), dict)]
+    assert all(legend.get("orient", "right") == "right" for legend in legends)
+    shown = tooltips(spec)
+    for wanted in fields:
+        assert any(wanted <= mark for mark in shown), (wanted, shown)
 
 
 def reached(log_p: np.ndarray, n: float) -> np.ndarray:
@@ -187,3 +236,56 @@ def test_duplicate_rows_give_each_rate_per_training_copy_count_and_model(policy_
         cells = {r["cell"] for r in rows}
         assert len(rows) == len(cells) * 2 * 6
     assert {r["cell"] for r in read_csv(model_study / "figures" / "np-fig6-duplicates.csv")} == {"first", "second"}
+
+
+CURVE_FIELDS = {"model", "cell", "policy", "series", "n", "rate", "of"}
+
+
+def test_each_figure_is_an_interactive_vega_lite_chart_of_its_rows(policy_study, model_study) -> None:
+    """The (n,p) curves show the CSV's rate at each n, also as k of n target windows, on a log n axis in SI units;
+    Fig. 6 shows its rates as k of n windows; Fig. 13 counts the windows with p_z > 0 in bins; each has a PNG and SVG."""
+    for study in (policy_study, model_study):
+        specs = page_specs(study)
+        for slug in {"np-fig5-models", "np-fig12-policies", "np-fig14-17-grid"} & set(specs):
+            check_spec(specs[slug], [CURVE_FIELDS])
+            assert n_axes(specs[slug]) == {("log", "~s")}
+            rates = {(r["cell"], r["policy"], f"p = {float(r['p']):g}", int(r["n"])): (float(r["rate"]), int(r["windows"]))
+                     for r in read_csv(study / "figures" / f"{slug}.csv")}
+            points = [p for p in data_rows(specs[slug]) if p["series"].startswith("p = ")]
+            drawn = {key for key in rates if slug != "np-fig12-policies" or key[2] in ("p = 0.1", "p = 0.9")}
+            assert {(p["cell"], p["policy"], p["series"], p["n"]) for p in points} == drawn
+            for point in points:
+                rate, windows = rates[(point["cell"], point["policy"], point["series"], point["n"])]
+                assert point["rate"] == pytest.approx(100.0 * rate) and point["of"] == f"{round(rate * windows)} of {windows}"
+        check_spec(specs["np-fig6-duplicates"], [{"model", "cell", "copies", "measure", "rate", "of"}])
+        rates = {(r["cell"], f"×{r['duplicates']}", r["measure"] if r["measure"] != "(n,p)" else f"(n,p) = ({int(r['n']):,}, {float(r['p']):g})"):
+                 (float(r["rate"]), int(r["windows"])) for r in read_csv(study / "figures" / "np-fig6-duplicates.csv")}
+        points = data_rows(specs["np-fig6-duplicates"])
+        assert len(points) == len(rates)
+        for point in points:
+            rate, windows = rates[(point["cell"], point["copies"], point["measure"])]
+            assert point["rate"] == pytest.approx(100.0 * rate) and point["of"] == f"{round(rate * windows)} of {windows}"
+        histograms = specs["np-fig13-histograms"]
+        check_spec(histograms, [{"panel", "perplexity", "count"}, {"panel", "within", "count"}], toggle=False)
+        bars = [m for m in walk(histograms) if "mark" in m]
+        assert [m["mark"]["type"] for m in bars] == ["bar", "bar"] and all(m["encoding"]["x"]["bin"] for m in bars)
+        assert all((study / "figures" / f"{slug}.{kind}").stat().st_size > 1000 for slug in specs if slug.startswith("np-")
+                   for kind in ("png", "svg"))
+    drawn = data_rows(page_specs(model_study)["np-fig13-histograms"])
+    assert len(drawn) == 2 * sum(r["log_p.topk3"] > -math.inf for cell in ("first", "second") for r in targets(model_study, cell))
+
+
+def test_fig2_points_open_a_real_window_of_their_cell(policy_study) -> None:
+    """Each Fig. 2 point is one window at one budget: it carries its cell and example id (the page opens it there), and
+    hover shows its window, dataset, cell, p_z and the estimate with its Wilson interval."""
+    spec = page_specs(policy_study)["np-fig2-sampling"]
+    check_spec(spec, [{"id", "dataset", "cell", "p_z", "mc_estimate", "mc_low", "mc_high", "theoretical_p", "empirical_p"},
+                      {"series", "budget", "error", "covers"}])
+    stored = {r["example_id"]: r for r in records(policy_study, "base")}
+    points = window_rows(spec)
+    assert len(points) == 2 * 2 * len(stored)  # both scatter panels, both budgets
+    for point in points:
+        record = stored[point["id"]]
+        assert point["cell"] == "base" and point["dataset"] == record["dataset"]
+        assert point["p_z"] == pytest.approx(math.exp(record["log_p.topk3"]), rel=1e-12)
+        assert point["mc_estimate"] == record["mc_estimate"][record["mc_samples"].index(point["budget"])][0]

@@ -23,7 +23,7 @@ from memrisk.errors import MemriskError
 from memrisk.report.paper.prior_aware import correlations
 from tests.conftest import WORDS
 from tests.integration.test_paper_cbs import window_rows
-from tests.integration.test_paper_np import run_study, sampled_texts
+from tests.integration.test_paper_np import check_spec, data_rows, page_specs, run_study, sampled_texts
 
 LN10 = math.log(10.0)
 SLUGS = ("pa-fig2-counterfactual", "pa-fig3-counterfactual-sequences", "pa-fig4-models", "pa-fig5-prefix-length")
@@ -174,12 +174,59 @@ def test_prefix_rows_count_per_prefix_length(prefix_study) -> None:
 
 
 def test_fig3_points_open_a_real_window_of_the_first_model_of_their_composition(counterfactual_study) -> None:
-    """Each PA Fig. 3 point is one sequence: it carries the cell (the composition's first model) and window it opens."""
+    """Each PA Fig. 3 point is one sequence: it carries the cell (the composition's first model) and window it opens,
+    hover shows them with its dataset and both metrics, and it sits at the CSV's metrics in log10; the title counts
+    the points and the rows left out."""
     page = (counterfactual_study / "report.html").read_text(encoding="utf-8")
     spec = json.loads(re.search(r'data-target="chart-pa-fig3-counterfactual-sequences"[^>]*>(.*?)</script>', page, re.S).group(1))
+    check_spec(spec, [{"id", "dataset", "cell", "exact", "near", "x", "y"}])
     points = window_rows(spec)
     rows = read_csv(counterfactual_study / "figures" / "pa-fig3-counterfactual-sequences.csv")
-    assert points and len(points) <= len(rows)
+    defined = [r for r in rows if r["counterfactual"] and r["prior_aware"]
+               and math.isfinite(float(r["counterfactual"])) and math.isfinite(float(r["prior_aware"]))]
+    assert len(points) == len(defined) > 10
+    assert spec["title"][1].startswith(f"{len(defined)} points: Pearson ")
+    assert (f"; {len(rows) - len(defined)} with an undefined metric left out" in spec["title"][1]) == (len(rows) > len(defined))
     for point in points:
         assert point["id"] in {str(r["example_id"]) for r in records(counterfactual_study, point["cell"])}
-        assert any(r["example_id"] == point["id"] and r["cell"] == point["cell"] for r in rows)
+        row = next(r for r in defined if r["example_id"] == point["id"] and r["cell"] == point["cell"]
+                   and point["exact"] == f"{r['exact']} exact copies")
+        assert point["x"] == pytest.approx(float(row["counterfactual"]) / LN10) and point["y"] == pytest.approx(float(row["prior_aware"]) / LN10)
+
+
+def test_figs_2_4_and_5_are_vega_lite_charts_of_their_rows(counterfactual_study, prefix_study) -> None:
+    """Fig. 2: a labelled point per composition at its log10 metrics; Fig. 4: each count and PA share as k of n, by
+    model and cell; Fig. 5: each count as k of n windows against the prefix length. None of them is a window."""
+    specs = page_specs(counterfactual_study)
+    check_spec(specs["pa-fig2-counterfactual"], [{"dataset", "label", "windows", "models", "baselines", "x", "y"}], toggle=False)
+    compositions = read_csv(counterfactual_study / "figures" / "pa-fig2-counterfactual.csv")
+    points = data_rows(specs["pa-fig2-counterfactual"])
+    assert [p["label"] for p in points] == [f"({r['exact']}, {r['near']})" for r in compositions]
+    assert [(p["x"], p["y"]) for p in points] == [
+        (pytest.approx(float(r["counterfactual"]) / LN10), pytest.approx(float(r["prior_aware"]) / LN10)) for r in compositions]
+
+    check_spec(specs["pa-fig4-models"], [{"model", "cell", "dataset", "test", "of"}, {"model", "cell", "dataset", "share", "of"}])
+    models = {r["cell"]: r for r in read_csv(counterfactual_study / "figures" / "pa-fig4-models.csv")}
+    counts = [p for p in data_rows(specs["pa-fig4-models"]) if "test" in p]
+    assert len(counts) == 2 * len(models)
+    for point in counts:
+        row = models[point["cell"]]
+        key = "extractable" if point["test"].startswith("extractable") else "pa_memorized"
+        assert point["sequences"] == int(row[key]) and point["of"] == f"{row[key]} of {row['windows']} windows"
+    shares = [p for p in data_rows(specs["pa-fig4-models"]) if "share" in p]
+    assert {p["cell"] for p in shares} == {c for c, r in models.items() if r["pa_share"]}
+    for point in shares:
+        row = models[point["cell"]]
+        assert point["share"] == pytest.approx(100.0 * float(row["pa_share"]))
+        assert point["of"] == f"{row['pa_memorized']} of {row['extractable']} extractable"
+
+    spec = page_specs(prefix_study)["pa-fig5-prefix-length"]
+    check_spec(spec, [{"series", "cell", "length", "of"}])
+    prefixes = {r["cell"]: r for r in read_csv(prefix_study / "figures" / "pa-fig5-prefix-length.csv")}
+    points = data_rows(spec)
+    assert len(points) == 2 * len(prefixes) == 6
+    for point in points:
+        row = prefixes[point["cell"]]
+        key = "extractable" if point["panel"].startswith("(a)") else "pa_memorized"
+        assert point["length"] == int(row["prefix_length"]) and point["of"] == f"{row[key]} of {row['windows']} windows"
+    assert not window_rows([specs["pa-fig2-counterfactual"], specs["pa-fig4-models"], spec])

@@ -14,7 +14,7 @@ import altair as alt
 import numpy as np
 
 from memrisk.books.powerlaw import FORM, fit_power_law, success_within
-from memrisk.report.paper.base import PaperFigure, Rows, Spec, legend_toggle
+from memrisk.report.paper.base import PANEL_HEADER, PaperFigure, Rows, Spec, legend_toggle
 from memrisk.report.study_data import StudyCell, StudyData
 
 SETTING_KEYS = ("model.temperature", "model.max_tokens", "model.frequency_penalty", "model.presence_penalty",
@@ -84,8 +84,9 @@ def word_count_figure(rows: Rows) -> Spec:
         tooltip=["book:N", "model:N", "words:N", alt.Tooltip("count:Q", title="words"), alt.Tooltip("book_words:Q", title="|B|")],
     ).add_params(kinds)
     book = alt.Chart().mark_rule(strokeDash=[2, 3], color="grey").encode(y="book_words:Q", tooltip=[alt.Tooltip("book_words:Q", title="|B|")])
+    books = list(dict.fromkeys(r["book"] for r in rows))
     return alt.layer(bar, book, data=alt.Data(values=bars)).properties(width=alt.Step(18), height=220).facet(
-        column=alt.Column("book:N", title=None)).resolve_scale(x="independent").properties(
+        column=alt.Column("book:N", title=None, header=PANEL_HEADER, sort=books)).resolve_scale(x="independent").properties(
         title="Words matched (m), missing and additional per model and book; dotted |B|; † Phase 1 failed").to_dict(validate=False)
 
 
@@ -103,24 +104,27 @@ def setting(cell: StudyCell, keys: list[str]) -> str:
 
 
 def sweep_rows(study: StudyData) -> Rows:
-    """Per setting (cell) and book: nv-recall, m and Phase 1 success (Books Fig. 9a)."""
+    """Per setting (cell) and book: nv-recall, m, the book's length |B| and Phase 1 success (Books Fig. 9a)."""
     keys = _sweep_keys(study)
     return [{"cell": cell.name, "setting": setting(cell, keys), **{key.split(".")[-1]: cell.value(key) for key in keys},
              "book": book["name"], "phase1_success": book["phase1"]["success"], "matched": book["nv_recall"]["matched"],
-             "nv_recall": book["nv_recall"]["nv_recall"]}
+             "nv_recall": book["nv_recall"]["nv_recall"], "book_words": book["nv_recall"]["book_words"]}
             for cell in study.cells for book in book_entries(cell)]
 
 
 def sweep_figure(rows: Rows) -> Spec:
-    """nv-recall per book, one bar per setting (Books Fig. 9a); hover a bar for the setting, its cell and m."""
+    """nv-recall per book, one bar per setting (Books Fig. 9a); hover a bar for the setting, its cell and m of |B| words."""
     settings = legend_toggle("setting")
-    return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
-        x=alt.X("book:N", title=None, axis=alt.Axis(labelAngle=0)), xOffset="setting:N",
-        y=alt.Y("nv_recall:Q", title="nv-recall", scale=alt.Scale(domain=[0, 1])), color=alt.Color("setting:N", title="setting"),
+    bars = [r | {"of": f"{r['matched']:,} of {r['book_words']:,}"} for r in rows]
+    books, order = (list(dict.fromkeys(r[key] for r in rows)) for key in ("book", "setting"))
+    return alt.Chart(alt.Data(values=bars)).mark_bar().encode(
+        x=alt.X("book:N", title=None, sort=books, axis=alt.Axis(labelAngle=0)), xOffset=alt.XOffset("setting:N", sort=order),
+        y=alt.Y("nv_recall:Q", title="nv-recall", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("setting:N", title="setting", sort=order, legend=alt.Legend(labelLimit=400)),
         opacity=alt.condition(settings, alt.value(1.0), alt.value(0.15)),
         tooltip=["book:N", "setting:N", "cell:N", alt.Tooltip("nv_recall:Q", title="nv-recall", format=".3f"),
-                 alt.Tooltip("matched:Q", title="matched words"), "phase1_success:N"],
-    ).add_params(settings).properties(width=max(240, 60 * len({r["book"] for r in rows})), height=240,
+                 alt.Tooltip("of:N", title="matched words (m of |B|)"), "phase1_success:N"],
+    ).add_params(settings).properties(width=max(240, 60 * len(books)), height=240,
                                       title="nv-recall per book and generation setting").to_dict(validate=False)
 
 
@@ -138,21 +142,27 @@ def best_rows(study: StudyData) -> Rows:
 
 
 def best_figure(rows: Rows) -> Spec:
-    """Per book the best nv-recall over the settings, and their mean ± standard deviation (Books Fig. 14)."""
-    bars = [{"book": r["book"], "statistic": label, "nv_recall": r[key], "low": r[key] - (r["std_nv_recall"] if error else 0.0),
-             "high": r[key] + (r["std_nv_recall"] if error else 0.0), "setting": r["best_setting"] if not error else f"{r['settings']} settings"}
+    """Per book the best nv-recall over the settings, and their mean ± standard deviation as an error bar (Books Fig. 14);
+    hover a bar for its setting, the error bar for the mean, std and their range."""
+    bars = [{"book": r["book"], "statistic": label, "nv_recall": r[key], "std": r["std_nv_recall"] if error else None,
+             "low": r[key] - r["std_nv_recall"], "high": r[key] + r["std_nv_recall"],
+             "setting": f"{r['settings']} settings" if error else r["best_setting"]}
             for r in rows for label, key, error in (("best setting", "best_nv_recall", False),
                                                      ("mean ± std over settings", "mean_nv_recall", True))]
     statistics = legend_toggle("statistic")
+    x = alt.X("book:N", title=None, sort=[r["book"] for r in rows], axis=alt.Axis(labelAngle=0))
     bar = alt.Chart().mark_bar().encode(
-        x=alt.X("book:N", title=None, axis=alt.Axis(labelAngle=0)), xOffset="statistic:N",
-        y=alt.Y("nv_recall:Q", title="nv-recall"), color=alt.Color("statistic:N", title=None),
+        x=x, xOffset="statistic:N", y=alt.Y("nv_recall:Q", title="nv-recall"), color=alt.Color("statistic:N", title=None),
         opacity=alt.condition(statistics, alt.value(1.0), alt.value(0.15)),
         tooltip=["book:N", "statistic:N", "setting:N", alt.Tooltip("nv_recall:Q", title="nv-recall", format=".3f"),
-                 alt.Tooltip("low:Q", format=".3f"), alt.Tooltip("high:Q", format=".3f")],
+                 alt.Tooltip("std:Q", title="std", format=".3f")],
     ).add_params(statistics)
-    error = alt.Chart().mark_rule(color="black").encode(x="book:N", xOffset="statistic:N", y="low:Q", y2="high:Q").transform_filter(
-        "datum.low != datum.high")
+    error = alt.Chart().mark_rule(color="black", strokeWidth=1.5).encode(
+        x=x, xOffset="statistic:N", y="low:Q", y2="high:Q",
+        tooltip=["book:N", "setting:N", alt.Tooltip("nv_recall:Q", title="mean nv-recall", format=".3f"),
+                 alt.Tooltip("std:Q", title="std", format=".3f"), alt.Tooltip("low:Q", title="mean − std", format=".3f"),
+                 alt.Tooltip("high:Q", title="mean + std", format=".3f")],
+    ).transform_filter("datum.std > 0")
     return alt.layer(bar, error, data=alt.Data(values=bars)).properties(
         width=max(200, 80 * len(rows)), height=240, title="Best setting's nv-recall against the mean ± std over settings").to_dict(validate=False)
 

@@ -1,7 +1,8 @@
 """Figures and tables of the CBS paper (near-verbatim extraction risk by decoding-constrained beam search), from a study.
 
 Every number is recomputed from the cells' records with the rules of `memrisk.rules`; figures that compare
-models apply when a model setting varies between cells, and match windows across cells by `example_id`.
+models apply when a model setting varies between cells, and match windows across cells by `example_id`. Each figure is
+an interactive Vega-Lite spec (Altair) whose window marks carry the window's `cell` and `id`.
 """
 
 from __future__ import annotations
@@ -80,23 +81,45 @@ def _groups(rows: Rows, *keys: str) -> dict[tuple, Rows]:
     return out
 
 
-def _distribution(points: Rows, field: str, title: str, view: str, percent: bool) -> alt.LayerChart:
-    """A box per model (`label`) of `field` over its windows, every window a point beside it (hover for the window, click
-    to open it) and the median as a labelled tick: the CBS paper's violins, with each window reachable."""
-    axis = alt.Axis(format=".0f" if percent else ".2g")
-    x = alt.X("label:N", title=None, axis=alt.Axis(labelAngle=0, labelLimit=200))
-    y = alt.Y(f"{field}:Q", title=title, axis=axis)
-    base = alt.Chart(alt.Data(values=[p | {"id": p["example_id"]} for p in points]))
-    boxes = base.mark_boxplot(extent="min-max", opacity=0.35, size=36).encode(x=x, y=y)
-    dots = base.transform_calculate(jitter="random() * 8 - 4").mark_circle(size=24, opacity=0.8).encode(
+PADDING = {"left": 5, "top": 5, "bottom": 5, "right": 24}
+"""Room on the right of a drawn figure: vl-convert measures legend labels a little short and would clip their ends."""
+
+
+def _spec(chart: alt.TopLevelMixin) -> Spec:
+    """A figure's chart as the Vega-Lite spec the page draws and vl-convert renders."""
+    return chart.properties(padding=PADDING).to_dict(validate=False)
+
+
+def _zoom(view: str, encodings: tuple[str, ...] = ("x", "y")) -> alt.Parameter:
+    """Zoom and pan bound to a panel's scales, named apart from the other panels' (Altair would merge identical ones)."""
+    return alt.selection_interval(bind="scales", encodings=list(encodings),
+                                  name="".join(c if c.isalnum() else "_" for c in f"zoom_{view}"))
+
+
+def _distribution(points: Rows, field: str, title: str, percent: bool, values: list[alt.Tooltip], view: str) -> alt.LayerChart:
+    """A box per model (`label`, in study order) of `field` over its windows, every window a jittered point beside it
+    (hover for the window and `values`, click to open it) and the median as a labelled tick: the CBS paper's violins,
+    with each window reachable; the y axis zooms and pans. `percent`: a linear axis from 0; otherwise a log axis (masses
+    from τ_min to 1)."""
+    counts = {label: len(group) for (label,), group in _groups(points, "label").items()}
+    series = {label: f"{label} ({n} window{'s' if n > 1 else ''})" for label, n in counts.items()}
+    x = alt.X("series:N", title=None, sort=list(series.values()), axis=alt.Axis(labelAngle=0, labelLimit=200))
+    scale = alt.Scale(zero=True) if percent else alt.Scale(type="log")
+    y = alt.Y(f"{field}:Q", title=title, scale=scale, axis=alt.Axis(format=".0f" if percent else "~g"))
+    shown = ".1f" if percent else ".3g"
+    base = alt.Chart(alt.Data(values=[p | {"id": p["example_id"], "series": series[p["label"]]} for p in points]))
+    boxes = base.mark_boxplot(extent="min-max", opacity=0.35, size=36, clip=True).encode(x=x, y=y)
+    dots = base.transform_calculate(jitter="random() * 8 - 4").mark_circle(size=24, opacity=0.8, clip=True).encode(
         x=x, xOffset=alt.XOffset("jitter:Q", scale=alt.Scale(domain=[-12, 12])), y=y, color=alt.value("#1f77b4"),
-        tooltip=[alt.Tooltip("id:N", title="window"), "cell:N", "dataset:N",
-                 alt.Tooltip(f"{field}:Q", title=title, format=".1f" if percent else ".3g")])
-    median = base.transform_aggregate(median=f"median({field})", windows="count()", groupby=["label"]).transform_calculate(
-        text=f"'median ' + format(datum.median, '{'.1f' if percent else '.3g'}') + '{'%' if percent else ''} (' + datum.windows + ')'")
-    ticks = median.mark_tick(color="black", thickness=2, size=30).encode(x=x, y=alt.Y("median:Q"))
-    labels = median.mark_text(dx=26, dy=-8, fontSize=9, align="left").encode(x=x, y=alt.Y("median:Q"), text="text:N")
-    return alt.layer(boxes, dots, ticks, labels).properties(width=max(160, 110 * len({p["label"] for p in points})), height=260)
+        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", alt.Tooltip("label:N", title="model"),
+                 alt.Tooltip(f"{field}:Q", title=title, format=shown), *values]).add_params(_zoom(view, ("y",)))
+    median = base.transform_aggregate(median=f"median({field})", windows="count()", groupby=["series"]).transform_calculate(
+        text=f"'median ' + format(datum.median, '{shown}') + '{'%' if percent else ''}'")
+    at = alt.Y("median:Q", scale=scale)
+    ticks = median.mark_tick(color="black", thickness=2, size=30, clip=True).encode(
+        x=x, y=at, tooltip=[alt.Tooltip("series:N", title="model"), alt.Tooltip("median:Q", title=f"median {title}", format=shown)])
+    text = median.mark_text(dy=-9, fontSize=10).encode(x=x, y=at, text="text:N")
+    return alt.layer(boxes, dots, ticks, text).properties(width=max(160, 130 * len(series)), height=260)
 
 
 def _beam_sweep_applies(study: StudyData) -> bool:
@@ -154,24 +177,31 @@ def beam_sweep_figure(rows: Rows) -> Spec:
     shape = alt.Shape("model:N", title="model") if several else alt.value("circle")
     epsilons = legend_toggle("epsilon", "beam")
     colour = alt.Color("epsilon:O", title="ε", scale=alt.Scale(scheme="viridis"))
-    dash = alt.StrokeDash("prune:N", title="pruning")
+    dash = alt.StrokeDash("prune:N", title="pruning", legend=alt.Legend(symbolType="stroke"))
+    faded = alt.condition(epsilons, alt.value(1.0), alt.value(0.1))
     tooltip = ["model:N", "prune:N", "epsilon:O", "beam_width:Q"]
-    rate = alt.Chart(alt.Data(values=[p for p in points if p["rate"] is not None])).mark_line(point=True).encode(
-        x=x, y=alt.Y("rate:Q", title="share of windows with LB_ε ≥ τ_min", axis=alt.Axis(format="%")), color=colour,
-        strokeDash=dash, shape=shape, detail="model:N", opacity=alt.condition(epsilons, alt.value(1.0), alt.value(0.1)),
+    rates = [p for p in points if p["rate"] is not None]
+    top = max([0.05] + [p["rate"] for p in rates])
+    rate = alt.Chart(alt.Data(values=rates)).mark_line(point=True, clip=True).encode(
+        x=x, y=alt.Y("rate:Q", title=f"share of the {max(p['windows'] for p in points)} windows with LB_ε ≥ τ_min",
+                     scale=alt.Scale(domain=[0, top]), axis=alt.Axis(format="%")),
+        color=colour, strokeDash=dash, shape=shape, detail="model:N", opacity=faded,
         tooltip=tooltip + [alt.Tooltip("rate:Q", format=".1%"), alt.Tooltip("of:N", title="windows")],
-    ).add_params(epsilons).properties(width=240, height=220, title="Fig. 23: extraction rate")
-    mass = alt.Chart(alt.Data(values=[p for p in points if p["mass"] is not None])).mark_line(point=True).encode(
+    ).add_params(epsilons, _zoom("beam_rate"))
+    masses = [p for p in points if p["mass"] is not None]
+    mass = alt.Chart(alt.Data(values=masses)).mark_line(point=True, clip=True).encode(
         x=x, y=alt.Y("mass:Q", title="mean LB_ε of the extractable windows"), color=colour, strokeDash=dash, shape=shape,
-        detail="model:N", opacity=alt.condition(epsilons, alt.value(1.0), alt.value(0.1)),
+        detail="model:N", opacity=faded,
         tooltip=tooltip + [alt.Tooltip("mass:Q", title="mean LB_ε", format=".3g"), alt.Tooltip("of:N", title="extractable windows")],
-    ).properties(width=240, height=220, title="Fig. 24: extraction mass")
-    time = alt.Chart(alt.Data(values=times)).mark_line(point=True, color="black").encode(
+    ).add_params(_zoom("beam_mass")) if masses else alt.Chart(alt.Data(values=[{"text": "no window has LB_ε ≥ τ_min at any B"}])).mark_text(
+    ).encode(text="text:N")
+    time = alt.Chart(alt.Data(values=times)).mark_line(point=alt.OverlayMarkDef(color="black"), color="black", clip=True).encode(
         x=x, y=alt.Y("seconds:Q", title="CBS wall time (s)"), strokeDash=dash, shape=shape, detail="model:N",
         tooltip=["model:N", "prune:N", "beam_width:Q", alt.Tooltip("seconds:Q", format=".1f")],
-    ).properties(width=240, height=220, title="Fig. 25: wall time")
-    return alt.hconcat(rate, mass, time).properties(
-        title="Near-verbatim extraction against beam width (target datasets pooled)").to_dict(validate=False)
+    ).add_params(_zoom("beam_time"))
+    panels = zip((rate, mass, time), ("Fig. 23: extraction rate", "Fig. 24: extraction mass", "Fig. 25: wall time"))
+    return _spec(alt.hconcat(*(chart.properties(width=240, height=220, title=title) for chart, title in panels)).properties(
+        title="Near-verbatim extraction against beam width (target datasets pooled)"))
 
 
 def _mc_applies(study: StudyData) -> bool:
@@ -239,20 +269,28 @@ def _convergence_points(cell: StudyCell, dataset: str, i: int, lower: float) -> 
                       "mc_token_evals": mc_cost(prefill, length, m)} for j, m in enumerate(samples)]
 
 
-def _convergence_panel(points: Rows) -> alt.LayerChart:
-    """One window's MC estimate with its Wilson interval against M, CBS's LB_ε dashed and as a star at CBS's cost in
+def _probability_ticks(tau: float) -> list[float]:
+    """Ticks of a symlog probability axis: 0, τ_min and each decade above it up to 1."""
+    return [0.0, *(10.0 ** k for k in range(math.floor(math.log10(tau)), 1))]
+
+
+def _convergence_panel(points: Rows, view: str) -> alt.LayerChart:
+    """One window's MC estimate with its Wilson interval against M, CBS's LB_ε dashed and as a diamond at CBS's cost in
     samples, τ_min dotted; symlog y so that 0 and small masses both show. Hover gives the values; a click opens the window."""
     first = points[0]
     data = [r | {"id": r["example_id"], "interval": f"[{r['mc_low']:.3g}, {r['mc_high']:.3g}]"} for r in points]
     x = alt.X("samples:Q", title="Monte Carlo samples M", scale=alt.Scale(type="log"),
               axis=alt.Axis(values=[r["samples"] for r in points], format="d"))
     symlog = alt.Scale(type="symlog", constant=first["tau_min"], domain=[0, 1])
-    y = alt.Y("mc_estimate:Q", title=f"P({first['distance']} ≤ {first['epsilon']}), symlog", scale=symlog)
-    tooltip = [alt.Tooltip("id:N", title="window"), "cell:N", "samples:Q", alt.Tooltip("mc_estimate:Q", title="MC estimate", format=".3g"),
-               alt.Tooltip("interval:N", title="95% Wilson interval"), alt.Tooltip("cbs_lower:Q", title="CBS LB_ε", format=".3g")]
+    y = alt.Y("mc_estimate:Q", title=f"P({first['distance']} ≤ {first['epsilon']}), symlog", scale=symlog,
+              axis=alt.Axis(values=_probability_ticks(first["tau_min"]), format="~g"))
+    tooltip = [alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "samples:Q",
+               alt.Tooltip("mc_estimate:Q", title="MC estimate", format=".3g"), alt.Tooltip("interval:N", title="95% Wilson interval"),
+               alt.Tooltip("mc_token_evals:Q", title="MC token evaluations", format=",.0f"),
+               alt.Tooltip("cbs_lower:Q", title="CBS LB_ε", format=".3g")]
     base = alt.Chart(alt.Data(values=data))
-    band = base.mark_area(opacity=0.2).encode(x=x, y=alt.Y("mc_low:Q", scale=symlog), y2="mc_high:Q")
-    line = base.mark_line(point=True).encode(x=x, y=y, tooltip=tooltip)
+    band = base.mark_area(opacity=0.2, clip=True).encode(x=x, y=alt.Y("mc_low:Q", scale=symlog), y2="mc_high:Q", tooltip=tooltip)
+    line = base.mark_line(point=True, clip=True).encode(x=x, y=y, tooltip=tooltip).add_params(_zoom(view, ("x",)))
     refs = [{"y": first["cbs_lower"], "what": f"CBS LB_ε = {first['cbs_lower']:.3g}", "kind": "CBS LB_ε"},
             {"y": first["tau_min"], "what": f"τ_min = {first['tau_min']:g}", "kind": "τ_min"}]
     rules_ = alt.Chart(alt.Data(values=refs)).mark_rule().encode(
@@ -261,18 +299,21 @@ def _convergence_panel(points: Rows) -> alt.LayerChart:
         color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=["CBS LB_ε", "τ_min"], range=["#ff7f0e", "grey"])))
     layers: list[Any] = [band, line, rules_]
     if first["cbs_samples_equivalent"] is not None and first["cbs_samples_equivalent"] > 0:
-        star = [{"samples": first["cbs_samples_equivalent"], "cbs_lower": first["cbs_lower"], "id": first["example_id"], "cell": first["cell"],
+        star = [{"samples": first["cbs_samples_equivalent"], "cbs_lower": first["cbs_lower"], "id": first["example_id"],
+                 "cell": first["cell"], "dataset": first["dataset"],
                  "what": f"CBS at its cost: {first['cbs_token_evals']} token evaluations ≈ M = {first['cbs_samples_equivalent']:.3g}"}]
-        layers.append(alt.Chart(alt.Data(values=star)).mark_point(shape="diamond", size=160, filled=True, color="#ff7f0e").encode(
-            x=x, y=alt.Y("cbs_lower:Q", scale=symlog), tooltip=["what:N", alt.Tooltip("cbs_lower:Q", title="LB_ε", format=".3g")]))
-    return alt.layer(*layers).properties(width=320, height=220, title=f"{first['label']}: window {first['example_id']}")
+        layers.append(alt.Chart(alt.Data(values=star)).mark_point(shape="diamond", size=160, filled=True, color="#ff7f0e", clip=True).encode(
+            x=x, y=alt.Y("cbs_lower:Q", scale=symlog),
+            tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "what:N",
+                     alt.Tooltip("cbs_lower:Q", title="LB_ε", format=".3g")]))
+    return alt.layer(*layers).properties(width=320, height=220, title=f"{first['label']}, {first['dataset']}: window {first['example_id']}")
 
 
 def mc_convergence_figure(rows: Rows) -> Spec:
     """One panel per cell and dataset: Monte Carlo convergence with CBS's certified lower bound (CBS Figs. 2 and 5)."""
-    panels = [_convergence_panel(points) for points in _groups(rows, "cell", "dataset").values()]
-    return alt.concat(*panels, columns=2).properties(
-        title="Monte Carlo estimate and its 95% interval against M; CBS's lower bound (diamond: at CBS's cost in samples)").to_dict(validate=False)
+    panels = [_convergence_panel(points, f"mc_{i}") for i, points in enumerate(_groups(rows, "cell", "dataset").values())]
+    return _spec(alt.concat(*panels, columns=2).properties(
+        title="Monte Carlo estimate and its 95% interval against M; CBS's lower bound (diamond: at CBS's cost in samples)"))
 
 
 def mc_detection_rows(study: StudyData) -> Rows:
@@ -346,9 +387,10 @@ def verbatim_share_rows(study: StudyData) -> Rows:
 
 def verbatim_share_figure(rows: Rows) -> Spec:
     """Per dataset, the extracted windows' verbatim share per model, its median labelled (CBS Figs. 4, 11b and 15b)."""
-    panels = [_distribution(points, "verbatim_share", "verbatim share LB_0 / LB_E (%)", dataset, percent=True).properties(
+    masses = [alt.Tooltip("verbatim_mass:Q", title="LB_0", format=".3g"), alt.Tooltip("lower:Q", title="LB_E", format=".3g")]
+    panels = [_distribution(points, "verbatim_share", "verbatim share LB_0 / LB_E (%)", True, masses, f"share_{dataset}").properties(
         title=f"{dataset}: extracted windows (LB_E ≥ τ_min)") for (dataset,), points in _groups(rows, "dataset").items()]
-    return alt.concat(*panels, columns=3).properties(title="Verbatim share of the near-verbatim mass, per model").to_dict(validate=False)
+    return _spec(alt.concat(*panels, columns=3).properties(title="Verbatim share of the near-verbatim mass, per model"))
 
 
 def _masses(cell: StudyCell, dataset: str) -> dict[str, float]:
@@ -375,24 +417,32 @@ def common_set_rows(study: StudyData) -> Rows:
 
 def common_set_figure(rows: Rows) -> Spec:
     """Per dataset: LB_E of the windows every model extracts, per model (CBS Fig. 20), and per model its extracted
-    windows split into those every model extracts and those only some do."""
+    windows split into those every model extracts and those only some do (hover: k of the model's n)."""
+    sets = legend_toggle("set", "common")
     panels = []
     for (dataset,), points in _groups(rows, "dataset").items():
         fixed = [r for r in points if r["by_every"] and r["lower"] is not None]
-        mass = (_distribution(fixed, "lower", "LB_E on the windows every model extracts", f"common_{dataset}", percent=False)
-                if fixed else alt.Chart(alt.Data(values=[{"text": "no window is extracted by every model"}])).mark_text().encode(
+        mass = (_distribution(fixed, "lower", "LB_E on the windows every model extracts", False, [], f"common_{dataset}") if fixed
+                else alt.Chart(alt.Data(values=[{"text": "no window is extracted by every model"}])).mark_text().encode(
                     text="text:N").properties(width=200, height=260))
-        counts = [{"label": label, "dataset": dataset, "set": kind, "windows": sum(r["extracted"] and r["by_every"] == every for r in group)}
-                  for (label,), group in _groups(points, "label").items()
-                  for kind, every in (("extracted by every model", True), ("extracted by this model, not every one", False))]
+        counts = []
+        for (label,), group in _groups(points, "label").items():
+            extracted = sum(r["extracted"] for r in group)
+            for kind, every in (("extracted by every model", True), ("extracted by this model, not every one", False)):
+                k = sum(r["extracted"] and r["by_every"] == every for r in group)
+                counts.append({"label": label, "cell": group[0]["cell"], "dataset": dataset, "set": kind, "windows": k,
+                               "of": f"{k} of {extracted} windows this model extracts"})
+        labels = list(dict.fromkeys(c["label"] for c in counts))
         bars = alt.Chart(alt.Data(values=counts)).mark_bar().encode(
-            x=alt.X("label:N", title=None, axis=alt.Axis(labelAngle=0, labelLimit=200)),
+            x=alt.X("label:N", title=None, sort=labels, axis=alt.Axis(labelAngle=0, labelLimit=200)),
             y=alt.Y("windows:Q", title="windows with LB_E ≥ τ_min", axis=alt.Axis(tickMinStep=1, format="d")),
             color=alt.Color("set:N", title=None, scale=alt.Scale(range=["#1f77b4", "#2ca02c"]), legend=alt.Legend(labelLimit=320)),
-            tooltip=["label:N", "dataset:N", "set:N", "windows:Q"],
-        ).properties(width=max(160, 90 * len({c["label"] for c in counts})), height=260, title=f"{dataset}: extracted by every model vs by some")
-        panels.append(alt.hconcat(mass.properties(title=f"{dataset}: the fixed set"), bars))
-    return alt.vconcat(*panels).properties(title="The windows every model extracts, and each model's extracted set").to_dict(validate=False)
+            opacity=alt.condition(sets, alt.value(1.0), alt.value(0.2)),
+            tooltip=[alt.Tooltip("label:N", title="model"), "cell:N", "dataset:N", "set:N", alt.Tooltip("of:N", title="windows")],
+        ).properties(width=max(160, 90 * len(labels)), height=260, title=f"{dataset}: extracted by every model vs by some")
+        bars = bars if panels else bars.add_params(sets)
+        panels.append(alt.hconcat(mass.properties(title=f"{dataset}: the fixed set"), bars).resolve_scale(xOffset="independent"))
+    return _spec(alt.vconcat(*panels).properties(title="The windows every model extracts, and each model's extracted set"))
 
 
 def _heatmaps_apply(study: StudyData) -> bool:
@@ -417,7 +467,7 @@ def heatmap_rows(study: StudyData) -> Rows:
 
 def heatmap_figure(rows: Rows) -> Spec:
     """Per document, each model's pair of strips, verbatim p_z and near-verbatim LB_E (CBS Fig. 21); hover a cell for the
-    window with the largest probability there, click it to open the window in its cell's explorer."""
+    window with the largest probability there and its study cell, click it to open the window in that cell's explorer."""
     ordered = sorted(_groups(rows, "dataset", "doc_id", "cell").values(), key=lambda g: (g[0]["dataset"], g[0]["doc_id"]))
     heatmaps, ids, cells = [], [], []
     for points in ordered:
@@ -429,8 +479,12 @@ def heatmap_figure(rows: Rows) -> Spec:
                                     np.where(verbatim_owner >= 0, verbatim_owner + offset, -1), np.where(near_owner >= 0, near_owner + offset, -1)))
         ids += [r["example_id"] for r in points]
         cells += [r["cell"] for r in points]
-    return book_heatmap_chart(heatmaps, np.array(ids, dtype=object), min(r["tau_min"] for r in rows), "LB_E",
+    spec = book_heatmap_chart(heatmaps, np.array(ids, dtype=object), min(r["tau_min"] for r in rows), "LB_E",
                               "Max p_z and LB_E per character, one pair of strips per model and document", np.array(cells, dtype=object))
+    for layer in spec["spec"]["layer"]:
+        if "tooltip" in layer["encoding"]:
+            layer["encoding"]["tooltip"].append({"field": "cell", "type": "nominal"})
+    return spec | {"padding": PADDING}
 
 
 def _scatter_applies(study: StudyData) -> bool:
@@ -478,8 +532,9 @@ def scatter_grid_figure(rows: Rows) -> Spec:
             panels.append(panel.properties(width=250, height=220, title=[
                 f"{first['label']}, {dataset}: {first['distance']} ε = {epsilon}", f"{extracted} of {len(shown)} windows extracted"]))
         lines.append(alt.hconcat(*panels))
-    return alt.vconcat(*lines).resolve_scale(color="shared").properties(
-        title="LB_ε against p_z as ε grows: windows unlocked by near-verbatim extraction").to_dict(validate=False)
+    return _spec(alt.vconcat(*lines).resolve_scale(color="shared").properties(title=alt.TitleParams(
+        "LB_ε against p_z as ε grows: windows unlocked by near-verbatim extraction",
+        subtitle="p_z = 0 and LB_ε = 0 are drawn on the dashed lines a decade below the smallest value; y = x dashed")))
 
 
 def _pruning_applies(study: StudyData) -> bool:
@@ -537,29 +592,34 @@ def _pruning_panel(setting: str, dataset: str, distance: str, runs: list[tuple[s
 
 def _pruning_matrix(points: Rows) -> alt.LayerChart:
     """Runs × thresholds: the count in each cell, blue above baseline and red below (white without a baseline cell),
-    grey where d exceeds the run's ε; hover gives the count, the baseline's and the difference."""
+    grey where d exceeds the run's ε; hover gives the count as k of n windows, the baseline's and the difference."""
     runs = list(dict.fromkeys(r["run"] for r in points))
     bound = max([1] + [abs(r["difference"]) for r in points if r["difference"] is not None])
     data = [r | {"d": f"≤ {r['threshold']}", "shown": "n/a" if r["extractable"] is None else str(r["extractable"]),
-                 "change": None if r["extractable"] is None else (r["difference"] or 0)} for r in points]
+                 "of": f"d > the run's ε = {r['run_epsilon']}" if r["extractable"] is None else f"{r['extractable']} of {r['windows']}",
+                 "change": r["difference"] or 0, "strong": abs(r["difference"] or 0) > 0.6 * bound} for r in points]
     x = alt.X("d:O", title=f"evaluation threshold d ({points[0]['distance']})", sort=[f"≤ {t}" for t in sorted({r['threshold'] for r in points})],
               axis=alt.Axis(labelAngle=0))
     y = alt.Y("run:N", title=None, sort=runs, axis=alt.Axis(labelLimit=200))
+    tooltip = ["run:N", "cell:N", "d:O", alt.Tooltip("of:N", title="windows with LB_d ≥ τ_min"), alt.Tooltip("baseline:Q", title="baseline"),
+               alt.Tooltip("difference:Q", title="− baseline")]
     base = alt.Chart(alt.Data(values=data))
-    cells = base.mark_rect(stroke="white").encode(
-        x=x, y=y, color=alt.condition("datum.change === null", alt.value("#bdbdbd"), alt.Color(
-            "change:Q", title="windows − baseline", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]))),
-        tooltip=["run:N", "d:O", alt.Tooltip("shown:N", title="windows with LB_d ≥ τ_min"), alt.Tooltip("baseline:Q", title="baseline"),
-                 alt.Tooltip("difference:Q", title="− baseline"), "cell:N"])
-    text = base.mark_text(fontSize=11).encode(x=x, y=y, text="shown:N")
-    return alt.layer(cells, text).properties(width=60 * len({r["threshold"] for r in points}), height=28 * len(runs))
+    legend = alt.Legend(tickMinStep=1, format="d") if "baseline" in runs else None
+    counted = base.transform_filter("datum.extractable !== null").mark_rect(stroke="white").encode(
+        x=x, y=y, tooltip=tooltip, color=alt.Color(
+            "change:Q", title="windows − baseline", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]), legend=legend))
+    missing = base.transform_filter("datum.extractable === null").mark_rect(stroke="white", color="#bdbdbd").encode(
+        x=x, y=y, tooltip=tooltip)
+    text = base.mark_text(fontSize=11).encode(
+        x=x, y=y, text="shown:N", color=alt.condition("datum.strong", alt.value("white"), alt.value("#222")), tooltip=tooltip)
+    return alt.layer(counted, missing, text).properties(width=60 * len({r["threshold"] for r in points}), height=28 * len(runs))
 
 
 def pruning_figure(rows: Rows) -> Spec:
     """One matrix per setting, dataset and pruning distance: extractable windows per run and threshold (CBS Fig. 26)."""
     panels = [_pruning_matrix(points).properties(title=f"{setting}, {dataset}: {distance}-pruned runs")
               for (setting, dataset, distance), points in _groups(rows, "setting", "dataset", "distance").items()]
-    return alt.concat(*panels, columns=2).properties(title="Extractable windows of baseline and ε-pruned k-CBS").to_dict(validate=False)
+    return _spec(alt.concat(*panels, columns=2).properties(title="Extractable windows of baseline and ε-pruned k-CBS"))
 
 
 def _text_metrics_apply(study: StudyData) -> bool:

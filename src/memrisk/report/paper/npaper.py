@@ -117,9 +117,16 @@ CURVE_TOOLTIP = ["model:N", "cell:N", "policy:N", "series:N", alt.Tooltip("n:Q",
                  alt.Tooltip("rate:Q", title="rate, %", format=".2f"), alt.Tooltip("of:N", title="windows")]
 
 
-def _reference_dash() -> alt.StrokeDash:
-    """Solid (n,p) curves, dashed greedy rate, dotted max rate."""
-    return alt.StrokeDash("kind:N", title="line", scale=alt.Scale(domain=["(n,p) curve", GREEDY, MAX_RATE], range=[[1, 0], [6, 3], [2, 2]]))
+ROW_HEADER = alt.Header(labelFont="sans-serif", labelFontSize=12, labelFontWeight="bold", labelLimit=200,
+                       labelExpr="split(datum.value, '|')")
+"""A row facet's panel titles on two lines (`model|windows`), no longer than a panel is high, so that they never overlap."""
+
+
+def _reference_dash(points: list[dict[str, Any]]) -> alt.StrokeDash:
+    """Solid (n,p) curves, dashed greedy rate, dotted max rate (in the legend only where the points have them)."""
+    dashes = {"(n,p) curve": [1, 0], GREEDY: [6, 3], MAX_RATE: [2, 2]}
+    kinds = [kind for kind in dashes if any(p["kind"] == kind for p in points)]
+    return alt.StrokeDash("kind:N", title="line", scale=alt.Scale(domain=kinds, range=[dashes[kind] for kind in kinds]))
 
 
 def _with_kind(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -127,32 +134,34 @@ def _with_kind(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def grid_figure(rows: Rows) -> Spec:
-    """One (n,p) panel per cell (rows) and policy (columns): (n,p) paper Figs. 14–17, models × sampling schemes; a colour
-    per p, the greedy rate dashed and the largest rate any n reaches dotted."""
-    points = _with_kind(curve_points(rows))
+    """One (n,p) panel per cell (rows, with its window count) and policy (columns): (n,p) paper Figs. 14–17, models ×
+    sampling schemes; a colour per p, the greedy rate dashed and the largest rate any n reaches dotted."""
+    points = [p | {"panel": f"{p['model']}|{p['windows']} windows"} for p in _with_kind(curve_points(rows))]
     series = legend_toggle("series")
-    chart = alt.Chart().mark_line().encode(
-        x=N_AXIS, y=RATE_AXIS, color=alt.Color("series:N", title="series"), strokeDash=_reference_dash(),
+    chart = alt.Chart().mark_line(clip=True).encode(
+        x=N_AXIS, y=RATE_AXIS, color=alt.Color("series:N", title="series"), strokeDash=_reference_dash(points),
         opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)), tooltip=CURVE_TOOLTIP,
-    ).add_params(series).properties(width=260, height=200)
+    ).add_params(series).properties(width=260, height=200).interactive()
+    cells, policies = (list(dict.fromkeys(p[key] for p in points)) for key in ("panel", "policy"))
     return alt.layer(chart, data=alt.Data(values=points)).facet(
-        row=alt.Row("model:N", title=None, header=PANEL_HEADER), column=alt.Column("policy:N", title=None, header=PANEL_HEADER),
+        row=alt.Row("panel:N", title=None, header=ROW_HEADER, sort=cells),
+        column=alt.Column("policy:N", title=None, header=PANEL_HEADER, sort=policies),
     ).properties(title="(n,p)-extraction rates: models (rows) × decoding policies (columns)").to_dict(validate=False)
 
 
 def models_figure(rows: Rows) -> Spec:
     """(n,p) paper Fig. 5: per policy one panel, a colour per model (cell), a line style per p, the greedy rate as a
     thick translucent line in the model's colour."""
-    points = [p for p in curve_points(rows) if p["series"] != MAX_RATE]
+    points = [p | {"panel": f"policy {p['policy']}"} for p in curve_points(rows) if p["series"] != MAX_RATE]
     models = legend_toggle("model")
-    curves = alt.Chart().mark_line().encode(
+    curves = alt.Chart().mark_line(clip=True).encode(
         x=N_AXIS, y=RATE_AXIS, color=alt.Color("model:N", title="model"), strokeDash=alt.StrokeDash("series:N", title="p"),
         opacity=alt.condition(models, alt.value(1.0), alt.value(0.1)), tooltip=CURVE_TOOLTIP,
-    ).transform_filter(f"datum.series != '{GREEDY}'").add_params(models)
-    greedy = alt.Chart().mark_line(strokeWidth=5, opacity=0.35).encode(
+    ).transform_filter(f"datum.series != '{GREEDY}'").add_params(models).interactive()
+    greedy = alt.Chart().mark_line(strokeWidth=5, opacity=0.35, clip=True).encode(
         x=N_AXIS, y=RATE_AXIS, color="model:N", tooltip=CURVE_TOOLTIP).transform_filter(f"datum.series == '{GREEDY}'")
     return alt.layer(curves, greedy, data=alt.Data(values=points)).properties(width=360, height=260).facet(
-        column=alt.Column("policy:N", title=None, header=PANEL_HEADER),
+        column=alt.Column("panel:N", title=None, header=PANEL_HEADER, sort=list(dict.fromkeys(p["panel"] for p in points))),
     ).properties(title="(n,p)-extraction rates per model; thick translucent lines: greedy").to_dict(validate=False)
 
 
@@ -168,13 +177,13 @@ def policies_figure(rows: Rows) -> Spec:
             points += [point | {"panel": panel, "line": GREEDY} for panel in sorted(shown)]
     policies = legend_toggle("line")
     several = len({p["cell"] for p in points}) > 1
-    chart = alt.Chart().mark_line().encode(
+    chart = alt.Chart().mark_line(clip=True).encode(
         x=N_AXIS, y=RATE_AXIS, detail="cell:N",
         color=alt.Color("line:N", title="policy", scale=alt.Scale(domain=[*dict.fromkeys(p["policy"] for p in points), GREEDY],
                                                                    range=[*_palette(len({p["policy"] for p in points})), "black"])),
         strokeDash=alt.StrokeDash("model:N", title="model") if several else alt.value([1, 0]),
         opacity=alt.condition(policies, alt.value(1.0), alt.value(0.1)), tooltip=CURVE_TOOLTIP,
-    ).add_params(policies).properties(width=360, height=260)
+    ).add_params(policies).properties(width=360, height=260).interactive()
     return alt.layer(chart, data=alt.Data(values=points)).facet(column=alt.Column("panel:N", title=None, header=PANEL_HEADER)).properties(
         title="(n,p)-extraction rates of every decoding policy at p = 0.1 and p = 0.9; greedy in black").to_dict(validate=False)
 
@@ -209,10 +218,11 @@ def histogram_figure(rows: Rows) -> Spec:
         groups.setdefault((row["cell"], row["policy"]), []).append(row)
     cells = list(dict.fromkeys(c for c, _ in groups))
     names = series_names(cells, [groups[next(k for k in groups if k[0] == c)][0]["model"] for c in cells])
-    values = []
+    values, panels = [], []
     for (cell, policy), part in groups.items():
         drawn = [r for r in part if r["log10_perplexity"] is not None]
         panel = f"{names[cell]}, {policy}: {len(part) - len(drawn)} of {len(part)} with p_z = 0"
+        panels.append(panel)
         values += [{"panel": panel, "cell": cell, "perplexity": r["log10_perplexity"], "within": r[f"p_within_{HISTOGRAM_N}"]}
                    for r in drawn]
     columns = len({policy for _, policy in groups})
@@ -222,7 +232,7 @@ def histogram_figure(rows: Rows) -> Spec:
         return alt.Chart(alt.Data(values=values)).mark_bar(color=colour).encode(
             x=alt.X(f"{field}:Q", bin=binned, title=title), y=alt.Y("count():Q", title="windows"),
             tooltip=["panel:N", alt.Tooltip(f"{field}:Q", bin=binned, title=title), alt.Tooltip("count():Q", title="windows")],
-        ).properties(width=200, height=140).facet(facet=alt.Facet("panel:N", title=None, header=PANEL_HEADER), columns=columns)
+        ).properties(width=200, height=140).facet(facet=alt.Facet("panel:N", title=None, header=PANEL_HEADER, sort=panels), columns=columns)
 
     return alt.vconcat(histogram("perplexity", "log10 perplexity of the suffix", None, "#4c78a8"),
                        histogram("within", f"P(sampled within n = {HISTOGRAM_N})", [0.0, 1.0], "#54a24b")).properties(
@@ -271,21 +281,21 @@ def sampling_figure(rows: Rows) -> Spec:
     Wilson intervals that cover p_z."""
     points = [{k: v for k, v in r.items() if k != "log_p"} | {"id": r["example_id"], "N": f"N = {r['budget']:,}"}
               for r in rows]  # log p_z may be −inf, which JSON cannot hold; p_z carries it
-    diagonal = alt.Chart(alt.Data(values=[{"x": 0.0, "y": 0.0}, {"x": 1.0, "y": 1.0}])).mark_line(
-        strokeDash=[4, 3], color="black", strokeWidth=0.8).encode(x="x:Q", y="y:Q")
+    diagonal = alt.Chart(alt.Data(values=[{"x": 0.0, "y": 0.0, "what": "y = x"}, {"x": 1.0, "y": 1.0, "what": "y = x"}])).mark_line(
+        strokeDash=[4, 3], color="black", strokeWidth=0.8, clip=True).encode(x="x:Q", y="y:Q", tooltip=["what:N"])
     tooltip = [alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "N:N", alt.Tooltip("p_z:Q", format=".4f"),
                alt.Tooltip("mc_estimate:Q", title="estimate", format=".4f"), alt.Tooltip("mc_low:Q", title="Wilson low", format=".4f"),
                alt.Tooltip("mc_high:Q", title="Wilson high", format=".4f"), "covered:N"]
 
     def scatter(x: str, y: str, x_title: str, y_title: str, title: str) -> alt.LayerChart:
         budgets = legend_toggle("N", x)
-        dots = alt.Chart(alt.Data(values=points)).mark_circle(size=30).encode(
+        dots = alt.Chart(alt.Data(values=points)).mark_circle(size=30, clip=True).encode(
             x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(domain=[0, 1])),
             y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("N:N", title="budget", sort=[f"N = {b:,}" for b in sorted({r["budget"] for r in rows})]),
             opacity=alt.condition(budgets, alt.value(0.7), alt.value(0.05)),
             tooltip=tooltip + [alt.Tooltip("theoretical_p:Q", format=".4f"), alt.Tooltip("empirical_p:Q", format=".4f")],
-        ).add_params(budgets).interactive()
+        ).add_params(budgets, alt.selection_interval(bind="scales", name=f"zoom_{x}"))
         return alt.layer(diagonal, dots).properties(width=260, height=260, title=title)
 
     return alt.hconcat(

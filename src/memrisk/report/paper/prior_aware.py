@@ -63,7 +63,8 @@ def models_figure(rows: Rows) -> Spec:
     points = [{"model": f"{names[r['cell']]} ({_size(rows, r['cell'])})", "cell": r["cell"], "dataset": r["dataset"], "test": test,
                "sequences": r[key], "of": f"{r[key]} of {r['windows']} windows"}
               for r in rows for test, key in zip(TESTS, ("extractable", "pa_memorized"))]
-    shares = [{"model": f"{names[r['cell']]} ({_size(rows, r['cell'])})", "dataset": r["dataset"], "share": 100.0 * r["pa_share"],
+    shares = [{"model": f"{names[r['cell']]} ({_size(rows, r['cell'])})", "cell": r["cell"], "dataset": r["dataset"],
+               "share": 100.0 * r["pa_share"],
                "of": f"{r['pa_memorized']} of {r['extractable']} extractable"} for r in rows if r["pa_share"] is not None]
     datasets = legend_toggle("dataset")
     model = alt.X("model:N", title="model (by parameter count)", sort=order, axis=alt.Axis(labelAngle=-30, labelLimit=220))
@@ -76,7 +77,7 @@ def models_figure(rows: Rows) -> Spec:
     ).add_params(datasets).properties(width=max(260, 70 * len(cells)), height=260, title="(a) extractable and PA-memorized")
     share = alt.Chart(alt.Data(values=shares)).mark_line(point=True, strokeWidth=3).encode(
         x=model, y=alt.Y("share:Q", title="PA-memorized / extractable, %", scale=alt.Scale(domain=[0, 100])), color=colour,
-        opacity=opacity, tooltip=["model:N", "dataset:N", alt.Tooltip("share:Q", title="PA share, %", format=".1f"), "of:N"],
+        opacity=opacity, tooltip=["model:N", "cell:N", "dataset:N", alt.Tooltip("share:Q", title="PA share, %", format=".1f"), "of:N"],
     ).properties(width=max(260, 70 * len(cells)), height=260, title="(b) PA share")
     return alt.hconcat(counts, share).properties(title="Extractable against PA-memorized sequences per model").to_dict(validate=False)
 
