@@ -57,13 +57,28 @@ class ModelConfig(_Strict):
         raise ValueError(f"batch_size must be a positive integer or 'auto', got {value!r}")
 
 
+HUB_KEYS = ("hf", "config", "split", "revision", "streaming")
+"""The DatasetConfig keys of Hugging Face datasets and save_to_disk folders."""
+
+
 class DatasetConfig(_Strict):
-    """A named set of documents: a file, or inline texts; role 'control' marks a negative control, role 'bank' a
-    corpus that only the prior-aware prefix bank is drawn from (not cut into windows, not scored)."""
+    """A named set of documents: a file or save_to_disk folder, inline texts, or a Hugging Face dataset
+    (docs/datasets.md); role 'control' marks a negative control, role 'bank' a corpus that only the prior-aware
+    prefix bank is drawn from (not cut into windows, not scored)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.+-]+$")
     path: str | None = None
     documents: list[str] | None = None
+    hf: str | None = None
+    """A dataset `datasets.load_dataset` reads: a hub id, or a local folder of data files."""
+    config: str | None = None
+    """The hub dataset's configuration (subset) name."""
+    split: str | None = None
+    """The split of an `hf` dataset or of a saved DatasetDict (default train)."""
+    revision: str | None = None
+    """The hub dataset's branch, tag or commit hash: a commit hash pins its content."""
+    streaming: bool = False
+    """Read an `hf` dataset's rows as they arrive instead of downloading it first; with `limit`, only the first rows."""
     format: Literal["auto", "txt", "jsonl", "parquet"] = "auto"
     text_field: str = "text"
     id_field: str | None = None
@@ -77,9 +92,24 @@ class DatasetConfig(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetConfig:
-        if (self.path is None) == (self.documents is None):
-            raise ValueError(f"dataset {self.name!r} needs exactly one of 'path' or 'documents'")
+        sources = [key for key in ("path", "documents", "hf") if getattr(self, key) is not None]
+        if len(sources) != 1:
+            given = f" (got {' and '.join(sources)})" if sources else ""
+            raise ValueError(f"dataset {self.name!r} needs exactly one of 'path', 'documents' or 'hf'{given}")
+        hub_only = [key for key in ("config", "revision", "streaming") if getattr(self, key) not in (None, False)]
+        if self.hf is None and hub_only:
+            verb = "applies" if len(hub_only) == 1 else "apply"
+            raise ValueError(f"dataset {self.name!r}: {' and '.join(hub_only)} {verb} only to 'hf' datasets")
+        if self.documents is not None and self.split is not None:
+            raise ValueError(f"dataset {self.name!r}: split applies only to 'hf' datasets and save_to_disk folders")
+        if self.hf is not None and self.format != "auto":
+            raise ValueError(f"dataset {self.name!r}: format applies only to 'path' files; datasets reads an 'hf' dataset's own")
         return self
+
+    def identity(self) -> dict[str, Any]:
+        """Its settings, less the Hugging Face keys left unset (a run folder made before they existed still resumes)."""
+        data = self.model_dump(mode="json")
+        return {key: value for key, value in data.items() if key not in HUB_KEYS or value != DatasetConfig.model_fields[key].default}
 
 
 class WindowConfig(_Strict):
@@ -189,6 +219,54 @@ class MonteCarloConfig(_Strict):
         return samples
 
 
+class MembershipConfig(_Strict):
+    """Membership-inference baselines from the teacher-forced pass (docs/membership.md): `k` of Min-K% and Min-K%++,
+    an optional `reference_model` (same tokenizer; one more pass) for the likelihood ratio, and the ROC's reporting: TPR
+    at each of `fprs`, percentile intervals at `confidence` from `bootstrap` resamples drawn with `seed`."""
+
+    k: float = Field(defaults.MIA_K, gt=0.0, le=1.0)
+    reference_model: ModelConfig | None = None
+    fprs: list[float] = Field(default_factory=lambda: list(defaults.MIA_FPRS), min_length=1)
+    bootstrap: int = Field(defaults.MIA_BOOTSTRAP, ge=0)
+    confidence: float = Field(defaults.MIA_CONFIDENCE, gt=0.0, lt=1.0)
+    seed: int = 0
+
+    @field_validator("fprs")
+    @classmethod
+    def _rates(cls, fprs: list[float]) -> list[float]:
+        if any(not 0.0 < f < 1.0 for f in fprs):
+            raise ValueError(f"fprs must be false-positive rates in (0, 1), got {fprs}")
+        return fprs
+
+
+class CorpusConfig(_Strict):
+    """The model's training corpus (docs/corpus_counts.md): each window gets how often its suffix, and its prefix + suffix,
+    occur in it, counted in an index of its documents in the model's token ids, built once and cached. The documents are
+    given as datasets are (`datasets`) or as files (`paths`); `index_dir` keeps the index in a folder of one's own, or
+    names one built before (then no documents are needed)."""
+
+    datasets: list[DatasetConfig] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=list)
+    index_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _some_source(self) -> CorpusConfig:
+        if not self.datasets and not self.paths and self.index_dir is None:
+            raise ValueError("corpus needs datasets, paths or an index_dir")
+        names = [d.name for d in self.sources()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"corpus dataset names must be unique, got {names}")
+        return self
+
+    def sources(self) -> list[DatasetConfig]:
+        """Where its documents come from: the datasets, then one per path (named `path0`, `path1`, ...)."""
+        return [*self.datasets, *(DatasetConfig(name=f"path{i}", path=path) for i, path in enumerate(self.paths))]
+
+
+CORPUS_METHOD = "corpus_counts"
+"""The method a `corpus:` section adds: the counts are what the section is for."""
+
+
 class RayConfig(_Strict):
     """How `memrisk run --ray` spreads a run over a Ray cluster (placement only: results do not change).
 
@@ -214,9 +292,28 @@ class ExperimentConfig(_Strict):
     cbs: CBSConfig = CBSConfig()
     prior_aware: PriorAwareConfig = PriorAwareConfig()
     mc: MonteCarloConfig = MonteCarloConfig()
+    membership: MembershipConfig = MembershipConfig()
     tau_min: float = Field(defaults.TAU_MIN, gt=0.0, le=1.0)
     shard_size: int = Field(defaults.SHARD_SIZE, ge=1)
     ray: RayConfig = RayConfig()
+    corpus: CorpusConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _corpus_is_counted(cls, data: Any) -> Any:
+        """A `corpus:` section adds the corpus_counts method to `methods` (to the defaults when none are named)."""
+        if not isinstance(data, dict) or data.get("corpus") is None:
+            return data
+        methods = data.get("methods", list(defaults.METHODS))
+        if isinstance(methods, list) and CORPUS_METHOD not in methods:
+            return data | {"methods": [*methods, CORPUS_METHOD]}
+        return data
+
+    @model_validator(mode="after")
+    def _corpus_given(self) -> ExperimentConfig:
+        if CORPUS_METHOD in self.methods and self.corpus is None:
+            raise ValueError(f"method {CORPUS_METHOD} counts windows in the training corpus, and the config has no corpus: section")
+        return self
 
     @field_validator("policies")
     @classmethod
@@ -265,6 +362,12 @@ class ExperimentConfig(_Strict):
             raise ValueError(f"datasets {banks} have role 'bank', which only the prior_aware method draws from, and it is not among the methods")
         return self
 
+    def document_sources(self, corpus: bool = True) -> list[tuple[str, DatasetConfig]]:
+        """The sources of documents a run reads, by key: the datasets by name and, with `corpus`, the training corpus's
+        as `corpus:NAME`."""
+        counted = self.corpus.sources() if corpus and self.corpus is not None else []
+        return [(d.name, d) for d in self.datasets] + [(f"corpus:{d.name}", d) for d in counted]
+
     def scored_datasets(self) -> list[DatasetConfig]:
         """The datasets cut into windows and scored: all but those of role 'bank'."""
         return [d for d in self.datasets if d.role != "bank"]
@@ -284,6 +387,16 @@ class ExperimentConfig(_Strict):
             data["model"].pop(key)
         data.pop("shard_size")
         data.pop("ray")
+        data["datasets"] = [dataset.identity() for dataset in self.datasets]
+        if "membership" not in self.methods:
+            data.pop("membership")
+        elif self.membership.reference_model is not None:
+            for key in ("batch_size", "compile", "device_map", "threads"):
+                data["membership"]["reference_model"].pop(key)
+        if self.corpus is None:
+            data.pop("corpus")
+        else:
+            data["corpus"]["datasets"] = [dataset.identity() for dataset in self.corpus.datasets]
         return data
 
 
@@ -292,10 +405,26 @@ def parse_config(data: Any, base_dir: Path | None = None) -> ExperimentConfig:
     config = validated(ExperimentConfig, data, "config")
     if base_dir is None:
         return config
-    datasets = [
-        d.model_copy(update={"path": str((base_dir / d.path).resolve())}) if d.path else d for d in config.datasets
-    ]
-    return config.model_copy(update={"datasets": datasets})
+    datasets = [_with_resolved_paths(d, base_dir) for d in config.datasets]
+    return config.model_copy(update={"datasets": datasets, "corpus": config.corpus and _corpus_resolved(config.corpus, base_dir)})
+
+
+def _corpus_resolved(corpus: CorpusConfig, base_dir: Path) -> CorpusConfig:
+    """The corpus's dataset paths, files and index folder made absolute against `base_dir`."""
+    return corpus.model_copy(update={
+        "datasets": [_with_resolved_paths(d, base_dir) for d in corpus.datasets],
+        "paths": [str((base_dir / path).resolve()) for path in corpus.paths],
+        "index_dir": str((base_dir / Path(corpus.index_dir).expanduser()).resolve()) if corpus.index_dir else None,
+    })
+
+
+def _with_resolved_paths(dataset: DatasetConfig, base_dir: Path) -> DatasetConfig:
+    """`path`, and an `hf` that names a local folder, made absolute against `base_dir`."""
+    if dataset.path:
+        return dataset.model_copy(update={"path": str((base_dir / dataset.path).resolve())})
+    if dataset.hf and (folder := base_dir / Path(dataset.hf).expanduser()).is_dir():
+        return dataset.model_copy(update={"hf": str(folder.resolve())})
+    return dataset
 
 
 def validated(model: type[M], data: Any, what: str) -> M:

@@ -256,7 +256,7 @@ def worker_pool(ray: Any, config: ExperimentConfig, policies: Sequence[DecodingP
 def run_on_pool(pool: WorkerPool, config: ExperimentConfig, out_dir: str | Path, *, force: bool = False,
                 progress: bool = True) -> dict[str, Any]:
     """Run (or resume) an experiment into `out_dir` with a pool of workers holding its model; the records equal a local run's."""
-    documents = load_documents(config)
+    documents = load_documents(config, corpus=True)
     identity = run_identity(config, documents)
     with locked_folder(out_dir):
         if not force:
@@ -281,7 +281,7 @@ def run_experiment_on_ray(
 ) -> dict[str, Any]:
     """Run (or resume) an experiment on a Ray cluster (see `ray_connection` for `address`) into `out_dir`;
     the records equal a local run's."""
-    documents = load_documents(config)
+    documents = load_documents(config, corpus=True)
     if not force:
         refuse_changed_settings(Path(out_dir), run_identity(config, documents))  # before any worker loads a model
     with ray_connection(address) as ray, worker_pool(ray, config) as pool:

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from memrisk import layout
 from memrisk.config import ExperimentConfig
+from memrisk.data.hub import is_saved_dataset, read_hub_dataset, read_saved_dataset
 from memrisk.data.sources import Document, read_documents
 from memrisk.data.windows import Example, WindowSet, make_windows
 from memrisk.lock import locked_folder
@@ -29,15 +30,23 @@ from memrisk.version import __version__
 
 
 
-def load_documents(config: ExperimentConfig) -> dict[str, list[Document]]:
-    """Documents of every dataset in the config (inline or from files)."""
+def load_documents(config: ExperimentConfig, *, corpus: bool = False) -> dict[str, list[Document]]:
+    """Documents of every dataset in the config (inline, from files or save_to_disk folders, or Hugging Face datasets);
+    with `corpus`, also the training corpus's under `corpus:NAME` (a run counts in it; a dry run leaves it unread)."""
     out = {}
-    for dataset in config.datasets:
+    for key, dataset in config.document_sources(corpus):
+        rows = {"text_field": dataset.text_field, "id_field": dataset.id_field, "limit": dataset.limit}
         if dataset.documents is not None:
             docs = [Document(f"{dataset.name}:{i}", text) for i, text in enumerate(dataset.documents)]
+        elif dataset.hf is not None:
+            docs = read_hub_dataset(
+                dataset.hf, config=dataset.config, split=dataset.split, revision=dataset.revision, streaming=dataset.streaming, **rows
+            )
+        elif dataset.split is not None or is_saved_dataset(dataset.path):
+            docs = read_saved_dataset(dataset.path, split=dataset.split, **rows)
         else:
             docs = read_documents(dataset.path, dataset.format, dataset.text_field, dataset.id_field)
-        out[dataset.name] = docs[: dataset.limit] if dataset.limit else docs
+        out[key] = docs[: dataset.limit] if dataset.limit else docs
     return out
 
 
@@ -239,7 +248,7 @@ def run_experiment(
     the model loads; everything that can fail on bad input (model, data, windows) is checked
     before the first file is written.
     """
-    documents = load_documents(config)
+    documents = load_documents(config, corpus=True)
     identity = run_identity(config, documents)
     with locked_folder(out_dir):
         if not force:

@@ -39,10 +39,13 @@ def token_eval_stats(column: Any, names: list[str]) -> dict[str, dict[str, Any]]
 
 
 def column_reader(rows: dict[str, list], mask: np.ndarray) -> Any:
-    """`column(name)` over the rows selected by `mask`: scalars as arrays, list columns as object arrays of lists."""
+    """`column(name)` over the rows selected by `mask`: scalars as arrays, list columns as object arrays of lists; a
+    column the records lack (written by an earlier memrisk, before the column existed) as missing values (None)."""
 
     def column(name: str) -> np.ndarray:
-        values = rows[name]
+        values = rows.get(name)
+        if values is None:
+            return np.full(int(np.count_nonzero(mask)), None, dtype=object)
         if values and isinstance(values[0], list):
             array = np.empty(len(values), dtype=object)
             array[:] = values

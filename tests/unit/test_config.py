@@ -110,7 +110,7 @@ def test_validated_names_every_problem_in_one_error_in_field_order():
 def test_a_model_level_problem_is_located_at_config():
     with pytest.raises(MemriskError) as info:
         validated(DatasetConfig, {"name": "d", "path": "a.txt", "documents": ["x"]}, "dataset")
-    assert str(info.value) == "invalid dataset: config: dataset 'd' needs exactly one of 'path' or 'documents'"
+    assert str(info.value) == "invalid dataset: config: dataset 'd' needs exactly one of 'path', 'documents' or 'hf' (got path and documents)"
 
 
 @pytest.mark.parametrize(("data", "message"), [
@@ -124,7 +124,7 @@ def test_a_model_level_problem_is_located_at_config():
     ({"datasets": BASE["datasets"]}, "model: Field required"),
     (BASE | {"datasets": [{"name": "my data", "documents": ["x"]}]},
      "datasets.0.name: String should match pattern '^[A-Za-z0-9_.+-]+$'"),
-    (BASE | {"datasets": [{"name": "e"}]}, "datasets.0: dataset 'e' needs exactly one of 'path' or 'documents'"),
+    (BASE | {"datasets": [{"name": "e"}]}, "datasets.0: dataset 'e' needs exactly one of 'path', 'documents' or 'hf'"),
     (BASE | {"prior_aware": {"n": -1}}, "prior_aware.n: n must be >= 0 or 'calibrate', got -1.0"),  # n is parsed as a float first
 ])
 def test_problem_messages_name_the_dotted_location(data, message):

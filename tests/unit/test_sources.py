@@ -81,7 +81,10 @@ def test_an_unknown_format_lists_the_known_ones(tmp_path):
 
 def test_a_missing_file_and_a_folder_are_named(tmp_path):
     assert error_of(tmp_path / "absent.jsonl") == f"data file not found: {tmp_path / 'absent.jsonl'}"
-    assert error_of(tmp_path) == f"data file {tmp_path} is a folder; name a .txt, .jsonl or .parquet file"
+    assert error_of(tmp_path) == (
+        f"data file {tmp_path} is a folder; name a .txt, .jsonl or .parquet file or a folder written by save_to_disk "
+        "(a folder of data files is read with hf: FOLDER)"
+    )
 
 
 # --- JSONL -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from memrisk import closeness
 from memrisk.books.config import BooksRunConfig, ChatModelConfig, PerChapterConfig
 from memrisk.books.costs import Price, cost_report, run_price
 from memrisk.books.diffview import diff_page
@@ -80,6 +81,37 @@ def union_blocks(results: Sequence[NVRecall]) -> list[Block]:
         if all(block.book_end <= other.book_start or other.book_end <= block.book_start for other in kept):
             kept.append(block)
     return sorted(kept, key=lambda b: b.book_start)
+
+
+def words_closeness(generated: str, target: str) -> dict[str, float | int]:
+    """memrisk.closeness of two texts on their whitespace words: the token metrics count words (`lcs_substring_words`,
+    `lcp_words`) and the character metrics compare the words joined by single spaces."""
+    generated_words, target_words = generated.split(), target.split()
+    ids: dict[str, int] = {}
+    close = closeness.closeness([ids.setdefault(w, len(ids)) for w in generated_words], [ids.setdefault(w, len(ids)) for w in target_words],
+                                " ".join(generated_words), " ".join(target_words))
+    return {name.replace("_tokens", "_words"): getattr(close, name) for name in closeness.METRICS}
+
+
+def following_words(text: str, prefix: str, count: int) -> str | None:
+    """The `count` words of `text` after the first verbatim occurrence of `prefix`'s words (None when absent)."""
+    words, joined, wanted = text.split(), " ".join(text.split()), " ".join(prefix.split())
+    at = (" " + joined + " ").find(" " + wanted + " ")
+    if at < 0:
+        return None
+    start = joined[:at].count(" ") + (1 if at else 0) + len(prefix.split())
+    return " ".join(words[start:start + count])
+
+
+def generation_closeness(text: str, prefix: str, target: str, first: Phase1Result, generation: str) -> dict[str, Any]:
+    """Closeness of Phase 1's kept answer to the seed target, and of the whole generation to as many of the book's
+    words as it has, from the end of the seed prefix (None where there is no answer or the prefix is not in the book)."""
+    best = first.best
+    segment = following_words(text, prefix, len(generation.split()))
+    return {
+        "phase1": words_closeness(best.response, target) if best else None,
+        "generation": words_closeness(generation, segment) if segment is not None and generation.split() else None,
+    }
 
 
 def read_book(path: str) -> str:
@@ -218,6 +250,7 @@ class BooksRun:
         record: dict[str, Any] = {
             "name": name, "book_words": result.book_words, "seed": {"prefix": prefix, "target": target},
             "phase1": _phase1_summary(first), "phase2": _phase2_summary(second), "nv_recall": _nv_summary(result),
+            "closeness": generation_closeness(text, prefix, target, first, generation),
         }
         if self.config.per_chapter:
             record["per_chapter"] = self._per_chapter(name, text, self.config.per_chapter)
@@ -243,7 +276,8 @@ class BooksRun:
             result = nv_recall(text, generation)
             results.append(result)
             self.store.write_text(f"books/{name}/chapter{index:03d}.txt", generation)
-            chapters.append({"chapter": index, "phase1": _phase1_summary(first), "phase2": _phase2_summary(second), "nv_recall": _nv_summary(result)})
+            chapters.append({"chapter": index, "phase1": _phase1_summary(first), "phase2": _phase2_summary(second), "nv_recall": _nv_summary(result),
+                             "closeness": generation_closeness(text, prefix, target, first, generation)})
             self._say(f"[{name}] chapter {index}: nv-recall {result.nv_recall:.1%}" + (f", phase 2 ended by {second.halt}" if second else ""))
             if first.halt or (second and second.halt in ("spend_cap", "http_5xx", "http_error", "retries_exhausted")):
                 break

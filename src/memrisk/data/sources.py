@@ -1,4 +1,4 @@
-"""Reading documents from plain text, JSONL and Parquet files."""
+"""Reading documents from plain text, JSONL and Parquet files (Hugging Face datasets: memrisk.data.hub)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,10 @@ def read_documents(
     """Documents of a file: a .txt file is one document; JSONL and Parquet give one per row."""
     path = Path(path)
     if path.is_dir():
-        raise MemriskError(f"data file {path} is a folder; name a .txt, .jsonl or .parquet file")
+        raise MemriskError(
+            f"data file {path} is a folder; name a .txt, .jsonl or .parquet file or a folder written by save_to_disk "
+            "(a folder of data files is read with hf: FOLDER)"
+        )
     if not path.is_file():
         raise MemriskError(f"data file not found: {path}")
     fmt = detect_format(path) if format == "auto" else format
@@ -53,16 +56,16 @@ def read_documents(
     documents = [d for d in documents if d.text.strip()]
     if not documents:
         raise MemriskError(f"{path} contains no text")
-    _refuse_repeated_ids(path, documents, id_field)
+    refuse_repeated_ids(path, documents, id_field)
     return documents
 
 
-def _refuse_repeated_ids(path: Path, documents: list[Document], id_field: str | None) -> None:
+def refuse_repeated_ids(where: Path | str, documents: list[Document], id_field: str | None) -> None:
     """Two documents with one id would give their windows one example id (a resume would take one for the other)."""
     seen: set[str] = set()
     for document in documents:
         if document.doc_id in seen:
-            raise MemriskError(f"{path}: the id {document.doc_id!r} (field {id_field!r}) names more than one document; ids must be unique")
+            raise MemriskError(f"{where}: the id {document.doc_id!r} (field {id_field!r}) names more than one document; ids must be unique")
         seen.add(document.doc_id)
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memrisk.demo.prose import normalise, source_documents
@@ -149,6 +151,23 @@ def _insert_generic(training: list[str], rng: random.Random) -> tuple[list[str],
         contexts.append(doc[:cut])
         out[i] = f"{doc[:cut]} {GENERIC_SENTENCE}{doc[cut:]}"
     return out, GenericPlant(GENERIC_SENTENCE, tuple(contexts))
+
+
+def training_corpus_file(corpus: DemoCorpus, folder: Path) -> Path:
+    """Where `write_training_corpus` keeps the training documents in `folder`: named by the corpus's fingerprint."""
+    return folder / f"corpus-{corpus.fingerprint()[:16]}.jsonl"
+
+
+def write_training_corpus(corpus: DemoCorpus, folder: Path) -> Path:
+    """The training documents as JSONL (one `text` per row) in `folder`, written once and whole: the `corpus:` whose
+    counts the demo's experiment records."""
+    path = training_corpus_file(corpus, folder)
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        staging.write_text("".join(json.dumps({"text": text}) + "\n" for text in corpus.training_documents), encoding="utf-8")
+        os.replace(staging, path)
+    return path
 
 
 def generic_documents(corpus: DemoCorpus, tokenizer_offsets: Any, prefix_tokens: int = 50) -> list[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from memrisk.cache import cache_root
 from memrisk.config import ExperimentConfig, parse_config
-from memrisk.demo.corpus import DemoCorpus, generic_documents
+from memrisk.demo.corpus import DemoCorpus, generic_documents, training_corpus_file, write_training_corpus
 from memrisk.models.backend import LanguageModel
 
 DEMO_BATCH_SIZE = 16
@@ -33,6 +34,8 @@ DEMO_GENERIC_SEQUENCES = [
     "Close the file. A closed file cannot be read or written any more. Any operation which requires that the file be "
     "open will raise a ValueError after the file has been closed. Calling this method more than once is allowed.",
 ]
+DEMO_CORPUS_FOLDER = "demo-corpus"
+"""The cache folder of the demo's training corpora (JSONL), indexed for the windows' corpus counts."""
 DEMO_PRIOR_AWARE = {
     "prefixes_per_trial": 40, "trials": 5, "bank_datasets": ["heldout"], "generic_sequences": DEMO_GENERIC_SEQUENCES,
 }
@@ -48,10 +51,16 @@ def demo_generic(corpus: DemoCorpus, lm: LanguageModel) -> list[str]:
     return generic_documents(corpus, lm.encode_with_offsets)[:DEMO_GENERIC_WINDOWS]
 
 
+def write_demo_corpus(corpus: DemoCorpus) -> None:
+    """Write the training corpus the demo's experiment counts in (once; a dry run reads the settings without it)."""
+    write_training_corpus(corpus, cache_root() / DEMO_CORPUS_FOLDER)
+
+
 def demo_settings(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None) -> dict[str, Any]:
     """The demo's experiment as a config mapping: one dataset per duplication count, the template passages (slot
     words vary across copies), the generic sentence after each of its contexts (`generic`, from `demo_generic`),
-    and the held-out control."""
+    and the held-out control; the training corpus (`write_demo_corpus` writes it before a run) is indexed, so every
+    window gets its real count in it."""
     copies = sorted({p.copies for p in corpus.planted})
     datasets: list[dict[str, Any]] = [
         {"name": f"planted-x{c}", "documents": [p.text for p in corpus.planted if p.copies == c], "duplicates": c} for c in copies
@@ -64,6 +73,7 @@ def demo_settings(corpus: DemoCorpus, model: str, generic: list[str], gguf_file:
         "datasets": datasets,
         "windows": {"mode": "doc", "prefix_length": 50, "suffix_length": 50},
         "policies": DEMO_POLICIES,
-        "methods": ["probabilistic", "greedy", "cbs", "prior_aware"],
+        "methods": ["probabilistic", "greedy", "cbs", "prior_aware", "membership", "corpus_counts"],
         "prior_aware": DEMO_PRIOR_AWARE,
+        "corpus": {"paths": [str(training_corpus_file(corpus, cache_root() / DEMO_CORPUS_FOLDER))]},
     }

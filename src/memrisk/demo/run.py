@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memrisk.demo.corpus import build_demo_corpus
-from memrisk.demo.experiment import DEMO_BATCH_SIZE, demo_config, demo_generic
+from memrisk.demo.experiment import DEMO_BATCH_SIZE, demo_config, demo_generic, write_demo_corpus
 from memrisk.demo.study import DemoModels, demo_model_name, sizes_study
 from memrisk.demo.train import DEFAULT_SIZE, train_demo_model, training_config
 from memrisk.lock import locked_folder
@@ -47,6 +47,7 @@ def run_demo(
         model = str(train_demo_model(corpus, seed=seed, progress=progress, config=training))
     lm = load_model(model, gguf_file=gguf_file, batch_size=DEMO_BATCH_SIZE)
     config = demo_config(corpus, model, demo_generic(corpus, lm), gguf_file)
+    write_demo_corpus(corpus)
     summary = run_experiment(config, out_dir, model=lm, force=force, progress=progress)
     with locked_folder(out_dir):
         report = write_report([out_dir])

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerFast
 from memrisk.config import ExperimentConfig, read_yaml_mapping, validated
 from memrisk.demo.corpus import DemoCorpus, build_demo_corpus
 from memrisk.demo.counterfactual import COUNTERFACTUAL_BASE, CounterfactualModels
-from memrisk.demo.experiment import demo_generic, demo_settings
+from memrisk.demo.experiment import demo_generic, demo_settings, write_demo_corpus
 from memrisk.demo.train import (
     DEFAULT_SIZE, cached_model_dir, skeleton_model, train_demo_model, train_tokenizer, training_config,
 )
@@ -109,6 +109,7 @@ class DemoModels:
         if size is None:
             return load_run_model(config)
         corpus, training = demo_corpus(self.seed), training_config(size)
+        write_demo_corpus(corpus)
         if self.progress and not cached_model_dir(corpus, self.seed, training).is_dir():
             print(f"memrisk demo: training the {size} model (seed {self.seed}; cached for later runs)")
         path = train_demo_model(corpus, seed=self.seed, progress=self.progress, config=training)

@@ -6,11 +6,8 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import random
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from memrisk.cache import cache_root, save_atomically
 from memrisk.demo.corpus import DemoCorpus
 from memrisk.errors import MemriskError
 
@@ -61,12 +59,6 @@ def training_config(size: str) -> TrainingConfig:
     return SIZES[size]
 
 
-def cache_root() -> Path:
-    """``$MEMRISK_CACHE``, or ``~/.cache/memrisk`` when the variable is unset: where trained models are kept."""
-    root = os.environ.get("MEMRISK_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "memrisk"
-
-
 def default_cache_dir() -> Path:
     """Return ``$MEMRISK_CACHE/demo``, or ``~/.cache/memrisk/demo`` when the variable is unset."""
     return cache_root() / "demo"
@@ -85,22 +77,6 @@ def train_demo_model(
     if not target.is_dir():
         save_atomically(target, lambda staging: _train_into(staging, corpus, seed, progress, config))
     return target
-
-
-def save_atomically(folder: Path, save: Callable[[Path], None]) -> None:
-    """`save(staging)` into a fresh folder beside `folder`, then renamed to it: a killed training leaves no half-written
-    model, and when another process wins the race its folder is kept."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    staging.chmod(0o755)
-    try:
-        save(staging)
-        staging.rename(folder)
-    except OSError:
-        if not folder.is_dir():
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def cached_model_dir(corpus: DemoCorpus, seed: int, config: TrainingConfig, cache_dir: Path | None = None) -> Path:

@@ -11,7 +11,7 @@ a budget of n.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -157,12 +157,15 @@ def monte_carlo(
     checkpoints: Sequence[int] | None = None,
     max_rows: int = 512,
     progress: bool = False,
+    on_samples: Callable[[int, np.ndarray], None] | None = None,
 ) -> list[MonteCarloResult]:
     """Monte Carlo estimates of p_{z,ε} for every (prefix, suffix), deterministic for a seed.
 
     The convergence curve is given at `checkpoints` (pooled sample counts per replicate, each ≤ `samples`;
     default 30 log-spaced counts): the estimates at nested budgets from one stream of samples. Each prefix
     is evaluated once: an example costs a + (T − 1)·samples·replicates token evaluations (a = prefix tokens incl. BOS).
+    `on_samples(example, samples)` sees every batch of an example's sampled continuations ([count, T] token ids, in
+    stream order) as they are drawn, so callers can summarise them without keeping them.
     """
     if samples < 1 or replicates < 1:
         raise MemriskError(f"samples and replicates must be >= 1, got {samples} and {replicates}")
@@ -189,6 +192,8 @@ def monte_carlo(
                 drawn = _sample(lm, prefilled, _parents(batch, block.start), _uniforms(batch, lengths, streams), policy)
                 for piece, rows in zip(batch, np.split(drawn, np.cumsum([piece.count for piece in batch])[:-1])):
                     target = suffix_ids[piece.example]
+                    if on_samples is not None:
+                        on_samples(piece.example, rows[:, : len(target)])
                     found = _distances(rows[:, : len(target)], target, distance)
                     distances[piece.example, piece.replicate].append(found)
                     bar.update(piece.count)

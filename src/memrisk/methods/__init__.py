@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 
 from memrisk.methods.base import Chunk, RunMethod
 from memrisk.methods.cbs import CBS
+from memrisk.methods.corpus_counts import CorpusCounts
 from memrisk.methods.greedy import Greedy
+from memrisk.methods.membership import Membership
 from memrisk.methods.monte_carlo import MonteCarlo
 from memrisk.methods.prior_aware import PriorAware
 from memrisk.methods.probabilistic import Probabilistic
@@ -18,7 +20,8 @@ from memrisk.methods.probabilistic import Probabilistic
 if TYPE_CHECKING:
     from memrisk.config import ExperimentConfig
 
-REGISTRY: dict[str, RunMethod] = {method.name: method for method in (Probabilistic(), Greedy(), CBS(), MonteCarlo(), PriorAware())}
+REGISTRY: dict[str, RunMethod] = {method.name: method for method in (Probabilistic(), Greedy(), CBS(), MonteCarlo(), PriorAware(),
+                                                                  Membership(), CorpusCounts())}
 """Every method a run can name, in the order a run scores them and writes their columns."""
 
 

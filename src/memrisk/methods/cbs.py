@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memrisk import rules
+from memrisk import closeness, rules
 from memrisk.extraction.cbs import CBSResult, cbs, cbs_signature, text_masses, token_evaluation_limit
 from memrisk.methods.base import Chunk, Column, MethodDefaults
 from memrisk.methods.probabilistic import log10
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 DISTANCES = ("levenshtein", "hamming")
 TOP_UNLOCKED = 10
+CLOSE, BEST_CLOSE = "cbs_close", "cbs_best_close"
+"""Record columns `cbs_close.<metric>` (a list aligned with `cbs_top`) and `cbs_best_close.<metric>` (its maximum)."""
 
 
 def matrix(values: np.ndarray) -> np.ndarray:
@@ -58,6 +60,15 @@ def cbs_record(config: ExperimentConfig, lm: LanguageModel, result: CBSResult) -
              "hamming": cand.hamming, "levenshtein": cand.levenshtein}
             for cand in result.candidates[: c.stored_candidates]
         ],
+    }
+
+
+def closeness_record(top: list[dict[str, Any]], suffix: list[int], suffix_text: str) -> dict[str, Any]:
+    """Closeness of each stored candidate (`cbs_top`) to the suffix, as lists in its order, and per metric the
+    closest any of them comes (None without candidates)."""
+    values = closeness.closeness_many([t["tokens"] for t in top], [t["text"] for t in top], suffix, suffix_text)
+    return {f"{CLOSE}.{name}": v.tolist() for name, v in values.items()} | {
+        f"{BEST_CLOSE}.{name}": v.max().item() if v.size else None for name, v in values.items()
     }
 
 
@@ -124,7 +135,8 @@ class CBS(MethodDefaults):
     def columns(self, config: ExperimentConfig) -> list[str]:
         names = [f"cbs_{bound}.{d}" for d in DISTANCES for bound in ("lower", "upper")]
         names += ["cbs_covered_mass", "cbs_bank", "cbs_eos_mass", "token_evals.cbs", "cbs_stop", "cbs_stop_step",
-                  "cbs_log_p", "cbs_hamming", "cbs_levenshtein", "cbs_top"]
+                  "cbs_log_p", "cbs_hamming", "cbs_levenshtein", "cbs_top",
+                  *closeness.column_names(CLOSE), *closeness.column_names(BEST_CLOSE)]
         if config.cbs.text_metrics:
             names += ["cbs_bleu_mass", "cbs_char_levenshtein_mass", "cbs_baseline_lower.levenshtein"]
             if config.cbs.prune_mode is not None:
@@ -141,6 +153,8 @@ class CBS(MethodDefaults):
         config, lm = chunk.config, chunk.lm
         results = run_cbs(config, lm, chunk.prefixes, chunk.suffixes)
         records = [cbs_record(config, lm, result) for result in results]
+        for record, suffix in zip(records, chunk.suffixes):
+            record |= closeness_record(record["cbs_top"], suffix, lm.decode(suffix))
         if config.cbs.text_metrics:
             pruned = config.cbs.prune_mode is not None
             baseline = run_cbs(config, lm, chunk.prefixes, chunk.suffixes, prune=None, tail_closure=False) if pruned else results
@@ -164,6 +178,7 @@ class CBS(MethodDefaults):
             "rate": {d: {str(e): float(rules.cbs_extracted(lb[:, e], tau).mean()) for e in range(lb.shape[1])} for d, lb in lower.items()},
             "certificate": {d: rules.certificate(lower[d], upper[d]) for d in lower},
             "stops": {str(k): int(v) for k, v in zip(stops, counts)},
+            "best_closeness": closeness.summary({m: column(f"{BEST_CLOSE}.{m}") for m in closeness.METRICS}),
         }
         if config.cbs.text_metrics:
             out["text_metrics"] = text_metric_stats(column, config)

@@ -6,13 +6,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memrisk import rules
+from memrisk import closeness, rules
 from memrisk.extraction.greedy import greedy_extraction
 from memrisk.methods.base import Chunk, Column, MethodDefaults
 from memrisk.signature import signature
 
 if TYPE_CHECKING:
     from memrisk.config import ExperimentConfig
+
+CLOSE = "greedy_close"
+"""Record columns `greedy_close.<metric>`: the greedy continuation's closeness to the suffix (memrisk.closeness)."""
 
 
 class Greedy(MethodDefaults):
@@ -21,24 +24,27 @@ class Greedy(MethodDefaults):
     name = "greedy"
 
     def columns(self, config: ExperimentConfig) -> list[str]:
-        return ["greedy_ids", "greedy_text", "greedy_exact", "greedy_hamming", "greedy_levenshtein", "token_evals.greedy"]
+        return ["greedy_ids", "greedy_text", "greedy_exact", "greedy_hamming", "greedy_levenshtein", "token_evals.greedy",
+                *closeness.column_names(CLOSE)]
 
     def cost_bound(self, config: ExperimentConfig, prefix_length: int, suffix_length: int) -> int:
         return prefix_length + suffix_length
 
     def score(self, chunk: Chunk) -> list[dict[str, Any]]:
         results = greedy_extraction(chunk.lm, chunk.prefixes, chunk.suffixes, teacher_forced_exact=chunk.scores.argmax_match)
-        return [
-            {
+        records = []
+        for g, evals, suffix in zip(results, chunk.one_pass, chunk.suffixes):
+            text = chunk.lm.decode(g.continuation)
+            close = closeness.closeness(g.continuation, suffix, text, chunk.lm.decode(suffix))
+            records.append({
                 "greedy_ids": g.continuation,
-                "greedy_text": chunk.lm.decode(g.continuation),
+                "greedy_text": text,
                 "greedy_exact": g.exact,
                 "greedy_hamming": g.hamming,
                 "greedy_levenshtein": g.levenshtein,
                 "token_evals.greedy": evals - 1,
-            }
-            for g, evals in zip(results, chunk.one_pass)
-        ]
+            } | {f"{CLOSE}.{name}": getattr(close, name) for name in closeness.METRICS})
+        return records
 
     def shared_settings(self, config: ExperimentConfig) -> Any | None:
         return {}
@@ -53,7 +59,8 @@ class Greedy(MethodDefaults):
         }
         disagreements = int((exact != column("teacher_forced_greedy")).sum())
         return {"greedy": {"exact": int(exact.sum()), "rate": float(exact.mean()), "near_verbatim_rate": near,
-                           "teacher_forced_disagreements": disagreements}}
+                           "teacher_forced_disagreements": disagreements,
+                           "closeness": closeness.summary({m: column(f"{CLOSE}.{m}") for m in closeness.METRICS})}}
 
     def extracted(self, column: Column, config: ExperimentConfig) -> dict[str, np.ndarray]:
         return {"greedy": column("greedy_exact").astype(bool)}

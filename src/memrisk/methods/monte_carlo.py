@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memrisk import rules
+from memrisk import closeness, rules
 from memrisk.extraction.montecarlo import monte_carlo
 from memrisk.methods.base import Chunk, Column, MethodDefaults
 from memrisk.signature import signature
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from memrisk.config import ExperimentConfig
 
 MAX_ROWS = 512  # samples drawn in one batch; every batch continues the window's one prefill
+CLOSE_MEAN, CLOSE_MAX = "mc_close_mean", "mc_close_max"
+"""Record columns `mc_close_mean.<metric>` and `mc_close_max.<metric>`: the samples' closeness to the suffix."""
 
 
 def estimates(values: np.ndarray) -> np.ndarray:
@@ -38,7 +40,8 @@ class MonteCarlo(MethodDefaults):
     section = "mc"
 
     def columns(self, config: ExperimentConfig) -> list[str]:
-        return ["mc_samples", "mc_estimate", "mc_low", "mc_high", "token_evals.mc"]
+        return ["mc_samples", "mc_estimate", "mc_low", "mc_high", "token_evals.mc",
+                *closeness.column_names(CLOSE_MEAN), *closeness.column_names(CLOSE_MAX)]
 
     def cost_bound(self, config: ExperimentConfig, prefix_length: int, suffix_length: int) -> int:
         """One prefill (BOS counted) and T − 1 steps per sample: (1 + a) + (T − 1)·M (CBS paper App. C.3, eq. 23)."""
@@ -49,16 +52,19 @@ class MonteCarlo(MethodDefaults):
         policy = chunk.config.mc_policy().policy()
         records = []
         for example, prefix, suffix in zip(chunk.examples, chunk.prefixes, chunk.suffixes):
+            close = closeness.SampleCloseness(suffix, chunk.lm.decode(suffix), chunk.lm.decode)
             [result] = monte_carlo(chunk.lm, [prefix], [suffix], policy, samples=max(mc.samples), distance=mc.distance,
                                    epsilon=mc.epsilon, seed=window_seed(mc.seed, example.example_id), checkpoints=mc.samples,
-                                   max_rows=MAX_ROWS)
+                                   max_rows=MAX_ROWS, on_samples=lambda _, samples: close.add(samples))
+            summaries = close.result()
             records.append({
                 "mc_samples": list(mc.samples),
                 "mc_estimate": result.curve_estimate.tolist(),
                 "mc_low": result.curve_low.tolist(),
                 "mc_high": result.curve_high.tolist(),
                 "token_evals.mc": result.token_evals,
-            })
+            } | {f"{CLOSE_MEAN}.{name}": mean for name, (mean, _) in summaries.items()}
+              | {f"{CLOSE_MAX}.{name}": top for name, (_, top) in summaries.items()})
         return records
 
     def shared_settings(self, config: ExperimentConfig) -> Any | None:
@@ -71,6 +77,10 @@ class MonteCarlo(MethodDefaults):
             "samples": list(config.mc.samples), "distance": config.mc.distance,
             "mean_estimate": estimate.mean(axis=0).tolist(),
             "rate": (estimate >= config.tau_min).mean(axis=0).tolist(),
+            "closeness": {
+                "mean": closeness.summary({m: column(f"{CLOSE_MEAN}.{m}") for m in closeness.METRICS}),
+                "max": closeness.summary({m: column(f"{CLOSE_MAX}.{m}") for m in closeness.METRICS}),
+            },
         }}
 
     def extracted(self, column: Column, config: ExperimentConfig) -> dict[str, np.ndarray]:

@@ -156,6 +156,9 @@ class PriorAware(MethodDefaults):
     def summarise_run(self, rows: dict[str, list], config: ExperimentConfig) -> dict[str, Any]:
         return {"prior_aware_extremes": prior_aware_extremes(rows)}
 
+    def extracted(self, column: Column, config: ExperimentConfig) -> dict[str, np.ndarray]:
+        return {"pa_memorized": column("pa_memorized").astype(bool)}
+
     def signature(self, config: ExperimentConfig) -> str:
         pa = config.prior_aware
         return signature(self.name, c=pa.prefixes_per_trial, trials=pa.trials, n=pa.n, m=pa.m, own_document=not pa.exclude_own_document,

@@ -7,9 +7,11 @@ Full-vocabulary logits stay on the model's device; callers post-process them the
 
 from __future__ import annotations
 
-import importlib.util
 import functools
+import hashlib
+import importlib.util
 import inspect
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +210,19 @@ class LanguageModel:
         and word-level tokens, so the token is decoded after an anchor token and the anchor's text cut off."""
         anchor, anchor_text = self._text_anchor
         return self.decode([*anchor, token])[len(anchor_text):]
+
+    @functools.cached_property
+    def tokenizer_fingerprint(self) -> str:
+        """SHA-256 of what maps text to ids (a fast tokenizer's vocabulary, merges, normaliser and pre-tokeniser; a slow
+        one's vocabulary): two tokenizers with one fingerprint give the same ids, so ids indexed under it can be compared."""
+        if self.tokenizer is None:
+            raise MemriskError("this model has no tokenizer: text cannot be turned into its ids")
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            spec = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+        else:
+            spec = {"class": type(self.tokenizer).__name__, "vocab": sorted(self.tokenizer.get_vocab().items())}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
     @functools.cached_property
     def _text_anchor(self) -> tuple[list[int], str]:

@@ -325,3 +325,44 @@ def merge_stages_chart(stages: list[dict[str, Any]], title: str) -> dict[str, An
                  alt.Tooltip("g_start:Q", title="generation from word"), alt.Tooltip("g_end:Q", title="generation to word"),
                  alt.Tooltip("matched:Q", title="verbatim words"), alt.Tooltip("words:N", title="begins")],
     ).properties(width=760, title=title).interactive(bind_y=False).to_dict(validate=False)
+
+
+ROC_POINTS = 400
+"""The most vertices a ROC line is drawn with (the summary's AUC and TPR come from every vertex)."""
+
+
+def _roc_vertices(fpr: np.ndarray, tpr: np.ndarray) -> np.ndarray:
+    """Indices of a ROC's corners (collinear vertices left out), thinned evenly to at most ROC_POINTS."""
+    keep = np.ones(fpr.size, dtype=bool)
+    if fpr.size > 2:
+        turn = (fpr[1:-1] - fpr[:-2]) * (tpr[2:] - tpr[:-2]) != (tpr[1:-1] - tpr[:-2]) * (fpr[2:] - fpr[:-2])
+        keep[1:-1] = turn
+    index = np.flatnonzero(keep)
+    return index if index.size <= ROC_POINTS else index[np.unique(np.linspace(0, index.size - 1, ROC_POINTS).round().astype(int))]
+
+
+def roc_chart(series: list[dict[str, Any]], non_members: int, title: str) -> dict[str, Any]:
+    """ROC curves of membership and extraction scores on a log FPR axis, where attacks are judged (Carlini et al. 2022):
+    a line per score (`series` items: name, family, auc text, fpr, tpr), membership scores solid and extraction scores
+    dashed; the legend toggles a score, hover gives its name, AUC, FPR and TPR. FPR 0 sits on the floor 0.5/n₀."""
+    floor = 0.5 / max(non_members, 1)
+    rows = []
+    for item in series:
+        fpr, tpr = np.asarray(item["fpr"], dtype=np.float64), np.asarray(item["tpr"], dtype=np.float64)
+        rows += [{"score": item["name"], "family": item["family"], "auc": item["auc"], "fpr": max(float(fpr[i]), floor),
+                  "tpr": float(tpr[i]), "shown_fpr": f"{fpr[i]:.4g}"} for i in _roc_vertices(fpr, tpr)]
+    chance = [{"fpr": float(x), "tpr": float(x), "what": "chance: TPR = FPR"} for x in np.logspace(math.log10(floor), 0.0, 40)]
+    scores = alt.selection_point(fields=["score"], bind="legend")
+    x = alt.X("fpr:Q", scale=alt.Scale(type="log", domain=[floor, 1.0]), title="false-positive rate (controls flagged)",
+              axis=alt.Axis(format="~g"))
+    y = alt.Y("tpr:Q", scale=alt.Scale(domain=[0.0, 1.0]), title="true-positive rate (targets flagged)")
+    lines = alt.Chart(alt.Data(values=rows)).mark_line(point=alt.OverlayMarkDef(size=14), interpolate="linear").encode(
+        x=x, y=y, color=alt.Color("score:N", title="score", sort=[item["name"] for item in series]),
+        strokeDash=alt.StrokeDash("family:N", title="family", sort=["membership", "extraction"]),
+        opacity=alt.condition(scores, alt.value(1.0), alt.value(0.08)),
+        tooltip=[alt.Tooltip("score:N"), "family:N", alt.Tooltip("auc:N", title="AUC"), alt.Tooltip("shown_fpr:N", title="FPR"),
+                 alt.Tooltip("tpr:Q", title="TPR", format=".3f")],
+    ).add_params(scores)
+    diagonal = alt.Chart(alt.Data(values=chance)).mark_line(strokeDash=[2, 3], color="#888").encode(
+        x=x, y=y, tooltip=["what:N"])
+    return alt.layer(diagonal, lines).properties(width=520, height=400, title=title).interactive().to_dict(validate=False)

@@ -15,8 +15,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memrisk import rules
+from memrisk import closeness, rules
 from memrisk.config import ExperimentConfig
+from memrisk.methods.membership import MIA_SCORES
 from memrisk.report.metrics import RunArrays
 
 LN10 = math.log(10.0)
@@ -62,6 +63,20 @@ def hundredths(log_p: float) -> int | None:
     return round(100 * log_p / LN10) if math.isfinite(log_p) else None
 
 
+CLOSENESS_TITLES = {"rouge_l": "ROUGE-L", "lcs_substring_tokens": "LCS substring (tokens)",
+                    "lcs_substring_chars": "LCS substring (chars)", "lcp_tokens": "common prefix (tokens)",
+                    "lcp_chars": "common prefix (chars)", "char_levenshtein_ratio": "char Levenshtein ratio", "bleu": "BLEU"}
+"""The window view's names of the closeness metrics (memrisk.closeness), in record order."""
+CLOSENESS_COLUMNS = {"greedy_rouge_l": ("greedy_close.rouge_l", "greedy ROUGE-L"),
+                     "cbs_best_rouge_l": ("cbs_best_close.rouge_l", "best CBS candidate ROUGE-L")}
+"""Closeness columns of the window table: field → (record column, title)."""
+
+
+def _rounded(value: float | int | None) -> float | int | None:
+    """A closeness value for the page: counts as they are, ratios to DIGITS decimals."""
+    return round(value, DIGITS) if isinstance(value, float) else value
+
+
 def _sequence(ids: Sequence[int], text: str, pieces: Pieces | None) -> list[int] | str:
     """Token ids when the page has their pieces, else the text."""
     return [int(i) for i in ids] if pieces is not None else text
@@ -88,6 +103,8 @@ def columns(config: ExperimentConfig, arrays: RunArrays, table_columns: set[str]
     out += [{"field": f"p_z.{label}", "title": f"log10 p_z ({label})", "kind": "log10"} for label in arrays.policy_log_p or {}]
     if arrays.greedy_exact is not None:
         out.append({"field": "greedy_distance", "title": "greedy distance", "kind": "count"})
+    out += [{"field": field, "title": title, "kind": "number"} for field, (column, title) in CLOSENESS_COLUMNS.items()
+            if column in table_columns]
     if arrays.lower is not None:
         for epsilon in arrays.epsilons:
             out.append({"field": f"lb.{epsilon}", "title": f"log10 LB_{epsilon}", "kind": "log10"})
@@ -97,6 +114,7 @@ def columns(config: ExperimentConfig, arrays: RunArrays, table_columns: set[str]
                 {"field": "mc_high", "title": f"MC high (ε = {config.mc.epsilon})", "kind": "number"}]
     if arrays.pa_log_p is not None:
         out.append({"field": "pa", "title": "log10 P(s|p) / v̂ (prior-aware)", "kind": "log10"})
+    out += [{"field": key, "title": f"MIA {name}", "kind": "number"} for key, name in MIA_SCORES.items() if key in table_columns]
     out += [{"field": "prefix", "title": "prefix", "kind": "text"}, {"field": "suffix", "title": "target suffix", "kind": "text"}]
     return out
 
@@ -119,6 +137,9 @@ def explorer_data(config: ExperimentConfig, arrays: RunArrays, records: list[dic
             row[f"p_z.{label}"] = log10(float(values[i]))
         if arrays.greedy_exact is not None:
             row["greedy_distance"] = int(arrays.greedy_distance[i])
+        for field, (column, _) in CLOSENESS_COLUMNS.items():
+            if column in names:
+                row[field] = _rounded(record[column])
         if arrays.lower is not None:
             for e in arrays.epsilons:
                 row[f"lb.{e}"] = mass_log10(float(arrays.lower[i, e]))
@@ -127,19 +148,24 @@ def explorer_data(config: ExperimentConfig, arrays: RunArrays, records: list[dic
             row["mc_low"], row["mc_high"] = (round(float(record[k][-1][-1]), 6) for k in ("mc_low", "mc_high"))
         if arrays.pa_log_p is not None:
             row["pa"] = log10(float(arrays.pa_log_p[i] - arrays.pa_log_prior[i])) if math.isfinite(arrays.pa_log_prior[i]) else None
+        for key in MIA_SCORES:
+            if key in names:
+                row[key] = round(float(record[key]), DIGITS) if math.isfinite(record[key]) else None
         rows.append(row)
         details.append(_detail(record, arrays, i, pieces, used))
     shown = {str(i): pieces(i) for i in sorted(used)} if pieces is not None else None
     fields = ["id", "dataset", "role", "class", *(c["field"] for c in cols if c["field"] not in ("dataset", "role", "class"))]
     if pieces is not None:
         fields = [f for f in fields if f not in ("prefix", "suffix")]
-    return {"columns": cols, "fields": fields, "rows": [[row.get(f) for f in fields] for row in rows], "details": details, "pieces": shown}
+    return {"columns": cols, "fields": fields, "rows": [[row.get(f) for f in fields] for row in rows], "details": details, "pieces": shown,
+            "closeness": list(CLOSENESS_TITLES.values())}
 
 
 def _detail(record: dict[str, Any], arrays: RunArrays, index: int, pieces: Pieces | None, used: set[int]) -> dict[str, Any]:
     """What opens for one window: prefix, target, greedy continuation (edits against the target), the top CBS
-    candidates as [log10 p in hundredths, Levenshtein, Hamming, edits], and the target's per-token probabilities under
-    each policy (`packed_log10`)."""
+    candidates as [log10 p in hundredths, Levenshtein, Hamming, edits], the closeness metrics of the greedy continuation
+    and of each candidate (`greedy_closeness`, `candidate_closeness`: values in the order of the data's `closeness`
+    names), and the target's per-token probabilities under each policy (`packed_log10`)."""
     target = _sequence(record["suffix_ids"], record["suffix_text"], pieces)
     detail: dict[str, Any] = {}
     if pieces is not None:  # without pieces the row's prefix and suffix texts are the sequences
@@ -149,6 +175,11 @@ def _detail(record: dict[str, Any], arrays: RunArrays, index: int, pieces: Piece
         detail["greedy"] = edits(target, _sequence(record["greedy_ids"], record["greedy_text"], pieces))
         if pieces is not None:
             used.update(record["greedy_ids"])
+    if record.get("greedy_close.rouge_l") is not None:
+        detail["greedy_closeness"] = [_rounded(record[f"greedy_close.{name}"]) for name in closeness.METRICS]
+    if record.get("cbs_close.rouge_l") is not None:
+        detail["candidate_closeness"] = [[_rounded(v) for v in values]
+                                         for values in zip(*(record[f"cbs_close.{name}"] for name in closeness.METRICS))]
     if record.get("cbs_top") is not None:
         detail["candidates"] = []
         for candidate in record["cbs_top"]:

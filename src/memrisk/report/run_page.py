@@ -20,6 +20,8 @@ from memrisk.errors import MemriskError
 from memrisk.models.backend import load_model
 from memrisk.report import charts, explorer, metrics
 from memrisk.report.explorer import Pieces
+from memrisk.report.corpus_counts_page import corpus_counts_section
+from memrisk.report.membership_page import membership_section
 from memrisk.report.markup import (
     LIST_LIMIT, Html, Picture, capped, chart, count_rate, inline_diff_html, join, log10_text, mass_text,
     note, packed_json_script, pct, table, tag,
@@ -537,5 +539,14 @@ def run_section(run: Run, prefix: str, key: int = 0) -> tuple[Html, list[Picture
         section, prior_pics = prior_aware_section(run, prefix, key)
         parts.append(section)
         pics += prior_pics
+    if "membership" in run.config.methods:
+        section, membership_pics = membership_section(run.store, run.config, run.table, run.label, prefix)
+        parts.append(section)
+        pics += membership_pics
+    if "corpus_counts" in run.config.methods:
+        setup = _optional_json(run.store, layout.setup_file("corpus_counts"))
+        section, corpus_pics = corpus_counts_section(run.config, run.table.to_pydict(), setup, run.label, prefix)
+        parts.append(section)
+        pics += corpus_pics
     parts.append(explorer_section(run, key))
     return join(parts), pics

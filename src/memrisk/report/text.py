@@ -83,7 +83,7 @@ def summary_table(summary: dict[str, Any]) -> str:
         for item in unlocked[:5]:
             out.append(f"  log10 p_z {float(item['log10_p']):7.2f}  log10 LB {item['log10_lower_bound']:6.2f}  {item['dataset']}")
             out.append("    " + inline_diff(item["suffix_text"], item["best_candidate"] or ""))
-    out += _prior_aware_lines(summary) + _token_eval_lines(summary)
+    out += _prior_aware_lines(summary) + _corpus_count_lines(summary) + _token_eval_lines(summary)
     top = summary.get("top_sequences") or []
     if top:
         out += ["", f"Top sequences by p_z ({top[0]['policy']}):"]
@@ -160,6 +160,20 @@ def _prior_aware_lines(summary: dict[str, Any]) -> list[str]:
             f"  {name:<{width}}  extractable {stats['extractable']}/{examples}  PA-memorized {stats['pa_memorized']}/{examples}"
             f"{pa_budget(stats['prefixes_per_trial'], stats['trials'])}  median log10 P(s|p)/prior {'-' if median is None else f'{median:.1f}'}"
         )
+    return out
+
+
+def _corpus_count_lines(summary: dict[str, Any]) -> list[str]:
+    """Per dataset: the windows found in the training corpus and the median suffix and window counts, when the run has them."""
+    rows = [(name, entry["corpus_counts"]) for name, entry in summary["datasets"].items() if "corpus_counts" in entry]
+    if not rows:
+        return []
+    width = max(len(name) for name, _ in rows)
+    out = ["", "Occurrences in the indexed corpus (`corpus:`; token ids; the window count is the duplication measure):"]
+    for name, counts in rows:
+        examples = summary["datasets"][name]["examples"]
+        out.append(f"  {name:<{width}}  windows in the corpus {counts['windows_in_corpus']}/{examples}  median window count "
+                   f"{counts['median_window']:g}  median suffix count {counts['median_suffix']:g}")
     return out
 
 

@@ -31,6 +31,10 @@
     return value === null || value === undefined ? "−∞" : value.toFixed(2);
   }
 
+  function closenessText(value) {  /* counts as they are, ratios to 3 decimals (explorer.py) */
+    return value === null || value === undefined ? "—" : (Number.isInteger(value) ? String(value) : value.toFixed(3));
+  }
+
   function numberSorter(a, b) {
     const x = a === null || a === undefined ? -Infinity : a;
     const y = b === null || b === undefined ? -Infinity : b;
@@ -171,15 +175,24 @@
       box.appendChild(el("div", "label", "greedy continuation against the target"));
       box.appendChild(this.diff(d.target, d.greedy));
     }
+    if (d.greedy_closeness) {
+      const names = this.data.closeness;
+      box.appendChild(el("p", "note closeness", "closeness: " +
+        d.greedy_closeness.map((v, i) => names[i] + " " + closenessText(v)).join(" · ")));
+    }
     if (d.candidates && d.candidates.length) {
       box.appendChild(el("div", "label", "top " + d.candidates.length + " CBS candidates against the target"));
       const table = el("table", "candidates");
       const head = el("tr");
-      ["#", "log10 p", "Levenshtein", "Hamming", "candidate (diff against the target)"].forEach((h) => head.appendChild(el("th", null, h)));
+      const close = d.candidate_closeness || [];
+      const closeNames = close.length ? this.data.closeness : [];
+      ["#", "log10 p", "Levenshtein", "Hamming"].concat(closeNames, ["candidate (diff against the target)"])
+        .forEach((h) => head.appendChild(el("th", null, h)));
       table.appendChild(head);
       d.candidates.forEach(([log10p, levenshtein, hamming, edits], i) => {
         const tr = el("tr");
         [String(i + 1), log10Text(log10p === null ? null : log10p / 100), String(levenshtein), String(hamming)]
+          .concat((close[i] || []).map(closenessText))
           .forEach((v) => tr.appendChild(el("td", "num", v)));
         const cell = el("td");
         cell.appendChild(this.diff(d.target, edits));

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memrisk.report.paper import books, cbs, npaper, prior_aware
+from memrisk.report.paper import books, cbs, corpus, npaper, prior_aware
 from memrisk.report.paper.base import PaperFigure, Rows, Spec
 from memrisk.report.study_data import StudyData
 
-FIGURES: tuple[PaperFigure, ...] = (*cbs.FIGURES, *npaper.FIGURES, *prior_aware.FIGURES, *books.FIGURES)
+FIGURES: tuple[PaperFigure, ...] = (*cbs.FIGURES, *npaper.FIGURES, *corpus.FIGURES, *prior_aware.FIGURES, *books.FIGURES)
 
 
 @dataclass(frozen=True)

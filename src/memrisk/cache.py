@@ -1,0 +1,31 @@
+"""memrisk's cache on this machine (trained demo models, corpus indexes) and how a folder enters it whole."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """``$MEMRISK_CACHE``, or ``~/.cache/memrisk`` when the variable is unset: where trained models and indexes are kept."""
+    root = os.environ.get("MEMRISK_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "memrisk"
+
+
+def save_atomically(folder: Path, save: Callable[[Path], None]) -> None:
+    """`save(staging)` into a fresh folder beside `folder`, then renamed to it: a killed save leaves no half-written
+    folder, and when another process wins the race its folder is kept."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    staging.chmod(0o755)
+    try:
+        save(staging)
+        staging.rename(folder)
+    except OSError:
+        if not folder.is_dir():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
