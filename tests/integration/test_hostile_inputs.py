@@ -172,7 +172,7 @@ HOSTILE = [
     Hostile("batch-size", "batch_size must be a positive integer or 'auto', got 'big'", {"model": {"name": "smollm2", "batch_size": "big"}}),
     Hostile("ray-workers", "ray.workers: Input should be greater than or equal to 1", {"ray": {"workers": 0}}),
     # methods and their settings
-    Hostile("unknown-method", "methods.0: Input should be 'probabilistic', 'greedy', 'cbs', 'mc' or 'prior_aware', got 'telepathy'",
+    Hostile("unknown-method", "methods.0: Input should be 'probabilistic', 'greedy', 'cbs', 'mc', 'prior_aware', 'membership' or 'corpus_counts', got 'telepathy'",
             {"methods": ["telepathy"]}),
     Hostile("cbs-beam-width-0", "cbs.beam_width: Input should be greater than or equal to 1", {"cbs": {"beam_width": 0}}),
     Hostile("cbs-epsilon-negative", "cbs.epsilon: Input should be greater than or equal to 0", {"cbs": {"epsilon": -1}}),

@@ -50,6 +50,18 @@ def test_a_package_that_patches_a_standard_class_does_not_change_the_corpus(corp
     assert build_demo_corpus(seed=0).fingerprint() == corpus.fingerprint()
 
 
+def test_a_package_that_replaces_a_standard_function_does_not_change_the_corpus(corpus: DemoCorpus, monkeypatch) -> None:
+    """Packages also replace functions of standard modules (the replacement has no docstring, or another one): the
+    source text is collected in a fresh interpreter, so the original's docstring stays in the corpus."""
+    import textwrap
+
+    def replacement(text: str) -> str:
+        return text
+
+    monkeypatch.setattr(textwrap, "dedent", replacement)
+    assert build_demo_corpus(seed=0).fingerprint() == corpus.fingerprint()
+
+
 def test_other_seed_gives_other_corpus(corpus: DemoCorpus) -> None:
     """A different seed chooses different passages and so a different fingerprint."""
     other = build_demo_corpus(seed=1)

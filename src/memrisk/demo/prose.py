@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 import re
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -120,7 +122,21 @@ _CODE_CHARS = frozenset("{}[]()=<>_*|\\#@$%^~`")
 
 
 def source_documents() -> list[str]:
-    """Return de-duplicated prose documents from docstrings, help topics and the licence."""
+    """Return de-duplicated prose documents from docstrings, help topics and the licence, collected in a fresh
+    interpreter that loads the standard library only (`python -I -S`): packages imported or started in this process
+    (transformers, ray, pytest plugins) patch standard modules and classes, and would change the corpus. This file
+    runs there as a script, so it imports memrisk only here."""
+    from memrisk.errors import MemriskError
+
+    try:
+        collected = subprocess.run([sys.executable, "-I", "-S", __file__], capture_output=True, check=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise MemriskError(f"cannot collect the demo's source text in a fresh Python process: {exc}") from None
+    return json.loads(collected.stdout)
+
+
+def _collect_documents() -> list[str]:
+    """The documents of `source_documents`, from the modules as this process has them."""
     raw = [doc for name in SOURCE_MODULES for doc in _module_docstrings(name)]
     raw += _help_topics() + _license_texts()
     seen: set[str] = set()
@@ -159,15 +175,7 @@ def _walk_docstrings(module: ModuleType) -> Iterator[str]:
         yield member.__doc__
         if inspect.isclass(member):
             attributes = (attribute for _, attribute in sorted(vars(member).items()))
-            yield from (attribute.__doc__ for attribute in attributes
-                        if _has_own_doc(attribute) and _from_standard_library(attribute))
-
-
-def _from_standard_library(attribute: object) -> bool:
-    """Tell whether a class attribute comes from the standard library, not from a package that patched the class after
-    import (transformers adds `warning_once` to `logging.Logger`), so the corpus is the same in every process."""
-    module = getattr(attribute, "__module__", None)
-    return module is None or module.partition(".")[0] in sys.stdlib_module_names
+            yield from (attribute.__doc__ for attribute in attributes if _has_own_doc(attribute))
 
 
 def _has_own_doc(obj: object) -> bool:
@@ -240,3 +248,7 @@ def _group_paragraphs(paragraphs: list[str]) -> list[str]:
 def normalise(text: str) -> str:
     """Return a lower-cased, punctuation-free form of text for duplicate detection."""
     return " ".join(re.findall(r"\w+", text.lower()))
+
+
+if __name__ == "__main__":
+    json.dump(_collect_documents(), sys.stdout)
