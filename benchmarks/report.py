@@ -1,7 +1,8 @@
 """Report benchmark: time `write_report` on synthetic book-mode runs (target: < 30 s for 10,000 records).
 
 Synthesizes runs of one book (windows every 20 characters, a = T = 50 tokens, every record
-column that `memrisk run` writes, with 10 stored CBS candidates each). Runs differ in how
+column that `memrisk run` writes for probabilistic, greedy, CBS and membership, with 10 stored CBS candidates each,
+their closeness metrics computed by memrisk.closeness and the membership scores by memrisk.extraction.membership). Runs differ in how
 much of the book they memorize, like three sizes of one model family. Times the single-run
 report of the first run and the comparison report of all runs; then, where Chromium and selenium are
 installed, opens the single-run page headless from disk and prints its size and the time until the
@@ -23,7 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from memrisk import closeness
 from memrisk.config import parse_config
+from memrisk.extraction.membership import window_scores
+from memrisk.methods.cbs import closeness_record
 from memrisk.report.html import write_report
 from memrisk.store import RecordStore
 
@@ -41,7 +45,7 @@ def config(model: str) -> dict[str, Any]:
         "datasets": [{"name": "book", "documents": ["."]}, {"name": "heldout", "documents": ["."], "role": "control"}],
         "windows": {"mode": "book", "prefix_length": A, "suffix_length": T, "stride": STRIDE},
         "policies": [{"top_k": 40}, {"name": "full"}],
-        "methods": ["probabilistic", "greedy", "cbs"],
+        "methods": ["probabilistic", "greedy", "cbs", "membership"],
     }).model_dump(mode="json")
 
 
@@ -71,14 +75,25 @@ def record(i: int, rng: np.random.Generator, memorized: float, control: bool) ->
     found = CANDIDATES if lower[-1] else 0
     cand_log_p = sorted(rng.uniform(-25.0, math.log(lower[-1]), found).tolist(), reverse=True) if found else []
     start = i * STRIDE
-    return {
+    suffix_ids, greedy_ids = token_ids(rng), token_ids(rng)
+    top = [{"tokens": token_ids(rng), "text": words(rng, 40), "log_p": lp, "hamming": int(d), "levenshtein": int(d)}
+           for lp, d in zip(cand_log_p, rng.integers(0, 6, found))]
+    raw = rng.uniform(-12.0, 0.0, T)
+    mu, sigma = raw - rng.uniform(0.0, 3.0, T), rng.uniform(0.5, 3.0, T)
+    mia = window_scores(raw, mu, sigma, suffix, 0.2)
+    greedy_close = closeness.closeness(suffix_ids if exact else greedy_ids, suffix_ids, greedy, suffix)
+    return closeness_record(top, suffix_ids, suffix) | {
+        f"greedy_close.{name}": getattr(greedy_close, name) for name in closeness.METRICS} | {
+        "mia.loss": mia.loss, "mia.zlib": mia.zlib, "mia.min_k": mia.min_k, "mia.min_k_pp": mia.min_k_pp,
+        "mia.token_log_p": raw.tolist(), "mia.token_mu": mu.tolist(), "mia.token_sigma": sigma.tolist(),
+        "token_evals.membership": 0} | {
         "example_id": f"{dataset}/{dataset}.txt@{start}", "dataset": dataset, "role": "control" if control else "target",
         "doc_id": f"{dataset}.txt", "char_start": start, "suffix_char_start": start + 250, "char_end": start + 500,
-        "prefix_ids": token_ids(rng), "suffix_ids": token_ids(rng), "prefix_text": words(rng, 40), "suffix_text": suffix,
+        "prefix_ids": token_ids(rng), "suffix_ids": suffix_ids, "prefix_text": words(rng, 40), "suffix_text": suffix,
         "target_ranks": rng.integers(1, 40, T).tolist(), "teacher_forced_greedy": exact,
         "log_p.topk40": log_p, "token_log_p.topk40": [log_p / T] * T,
         "log_p.full": log_p - 5.0 if math.isfinite(log_p) else -300.0, "token_log_p.full": [(log_p - 5.0) / T] * T,
-        "greedy_ids": token_ids(rng), "greedy_text": greedy, "greedy_exact": exact,
+        "greedy_ids": suffix_ids if exact else greedy_ids, "greedy_text": greedy, "greedy_exact": exact,
         "greedy_hamming": 0 if exact else int(rng.integers(1, T)), "greedy_levenshtein": 0 if exact else int(rng.integers(1, T)),
         "cbs_lower.levenshtein": lower, "cbs_upper.levenshtein": [x + 0.01 for x in lower],
         "cbs_lower.hamming": lower, "cbs_upper.hamming": [x + 0.01 for x in lower],
@@ -87,8 +102,7 @@ def record(i: int, rng: np.random.Generator, memorized: float, control: bool) ->
         "cbs_log_p": cand_log_p, "cbs_hamming": rng.integers(0, 6, found).tolist(),
         "cbs_levenshtein": rng.integers(0, 6, found).tolist(), "cbs_bleu_mass": lower[-1],
         "cbs_char_levenshtein_mass": [0.0, lower[1], lower[-1], lower[-1]],
-        "cbs_top": [{"tokens": token_ids(rng), "text": words(rng, 40), "log_p": lp, "hamming": int(d), "levenshtein": int(d)}
-                    for lp, d in zip(cand_log_p, rng.integers(0, 6, found))],
+        "cbs_top": top,
     }
 
 
