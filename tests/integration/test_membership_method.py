@@ -59,6 +59,9 @@ def test_memrisk_run_writes_the_scores_their_roc_and_the_report(tmp_path, model_
     auc = membership["comparisons"]["pooled"]["mia.min_k_pp"]["auc"]
     assert f"{auc['estimate']:.3f} [{auc['low']:.3f}, {auc['high']:.3f}]" in page
     assert (tmp_path / "out" / "figures" / "membership-roc.svg").is_file()
+    assert len(controls) < 100  # so neither FPR can be resolved, and the page says so
+    assert (f"With {len(controls)} control windows an FPR below 1/{len(controls)}" in page
+            and "TPR at FPR 1.00% and 0.10% is the TPR at FPR 0" in page)
     run = load_run(tmp_path / "out")
     data = explorer.explorer_data(run.config, run.arrays, run.table.to_pylist(), None)
     shown = {record["example_id"]: record["mia.min_k_pp"] for record in run.table.to_pylist()}

@@ -36,6 +36,16 @@ def stored_summary(store: RecordStore, rows: dict[str, list], config: Experiment
     return membership_summary(rows, config)
 
 
+def resolution_note(summary: dict[str, Any], non_members: int) -> Html | None:
+    """Which FPRs the controls cannot resolve: below 1/n₀ no false positive is allowed, so TPR there is TPR at FPR 0."""
+    unresolved = [f"{pct(fpr)}" for fpr in summary["fprs"] if fpr * non_members < 1]
+    if not unresolved:
+        return None
+    return note(f"With {non_members} control windows an FPR below 1/{non_members} = {pct(1 / non_members)} allows no false "
+                f"positive: TPR at FPR {' and '.join(unresolved)} is the TPR at FPR 0. Resolving FPR {pct(min(summary['fprs']))} "
+                f"needs at least {round(1 / min(summary['fprs'])):,} controls.")
+
+
 def roc_table(summary: dict[str, Any]) -> Html:
     """Per comparison and score: members, non-members, AUC and TPR at each FPR, each with its interval."""
     fprs = [f"{fpr:g}" for fpr in summary["fprs"]]
@@ -78,5 +88,5 @@ def membership_section(store: RecordStore, config: ExperimentConfig, records: pa
              f"resamples (seed {summary['seed']}). Min-K% and Min-K%++ average the lowest k = {summary['k']:g} of the "
              "tokens. Controls from another distribution than the targets make any score look better than it is "
              "(docs/membership.md)."),
-        html, roc_table(summary),
+        html, roc_table(summary), *filter(None, [resolution_note(summary, first["non_members"])]),
     ]), [picture]
