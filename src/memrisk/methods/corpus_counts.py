@@ -67,6 +67,14 @@ def _median(values: np.ndarray) -> float | None:
     return float(np.median(values)) if values.size else None
 
 
+def count_stats(column: Column) -> dict[str, Any]:
+    """Median and largest suffix and window counts, and how many windows occur in the corpus at all."""
+    suffix, window = column(SUFFIX).astype(np.int64), column(WINDOW).astype(np.int64)
+    return {"median_suffix": _median(suffix), "median_window": _median(window),
+            "max_suffix": int(suffix.max(initial=0)), "max_window": int(window.max(initial=0)),
+            "windows_in_corpus": int((window > 0).sum())}
+
+
 class CorpusCounts(MethodDefaults):
     """Suffix and window occurrences in the indexed training corpus, looked up per window."""
 
@@ -95,13 +103,8 @@ class CorpusCounts(MethodDefaults):
 
     def summarise(self, column: Column, config: ExperimentConfig) -> dict[str, Any]:
         """Median and largest counts, the windows found in the corpus at all, and extraction by window-count bin."""
-        suffix, window = column(SUFFIX).astype(np.int64), column(WINDOW).astype(np.int64)
-        return {"corpus_counts": {
-            "median_suffix": _median(suffix), "median_window": _median(window),
-            "max_suffix": int(suffix.max(initial=0)), "max_window": int(window.max(initial=0)),
-            "windows_in_corpus": int((window > 0).sum()),
-            "by_window_count": binned_rates(window, extraction_verdicts(column, config)),
-        }}
+        window = column(WINDOW).astype(np.int64)
+        return {"corpus_counts": count_stats(column) | {"by_window_count": binned_rates(window, extraction_verdicts(column, config))}}
 
     def signature(self, config: ExperimentConfig) -> str:
         return signature(self.name, engine="infini-gram", a=config.windows.prefix_length, T=config.windows.suffix_length)

@@ -12,7 +12,7 @@ import numpy as np
 from memrisk.config import ExperimentConfig
 from memrisk.extraction.rates import is_extractable
 from memrisk.methods.base import Column
-from memrisk.methods.corpus_counts import SUFFIX, WINDOW, binned_rates, extraction_verdicts
+from memrisk.methods.corpus_counts import WINDOW, binned_rates, count_stats, extraction_verdicts
 from memrisk.report.markup import Html, Picture, chart, join, note, table, tag
 from memrisk.summary import column_reader
 
@@ -77,9 +77,9 @@ def counts_table(column_of: dict[str, Column]) -> Html:
     """Per dataset: windows, how many occur in the corpus at all, and the median and largest suffix and window counts."""
     rows = []
     for name, column in column_of.items():
-        suffix, window = column(SUFFIX).astype(np.int64), column(WINDOW).astype(np.int64)
-        rows.append((name, int(window.size), int((window > 0).sum()), float(np.median(suffix)), float(np.median(window)),
-                     int(suffix.max()), int(window.max())))
+        stats = count_stats(column)
+        rows.append((name, int(column(WINDOW).size), stats["windows_in_corpus"], stats["median_suffix"], stats["median_window"],
+                     stats["max_suffix"], stats["max_window"]))
     return table(["dataset", "windows", "prefix + suffix in the corpus", "median suffix count", "median window count",
                   "largest suffix count", "largest window count"], rows)
 
