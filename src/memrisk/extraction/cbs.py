@@ -218,8 +218,7 @@ class _BeamSearch:
         rows: _Rows | None = None
         bar = tqdm(total=len(pending), desc="CBS", unit="seq", disable=not progress)
         while pending or rows is not None:
-            live = 0 if rows is None else len({int(s) for s in rows.search[~rows.ghost].tolist()})
-            room = self.batch_size - live if self.compaction or live == 0 else 0
+            room = self._room(rows)
             if room > 0 and pending:
                 if not self.compaction:
                     state, rows = None, None
@@ -230,9 +229,22 @@ class _BeamSearch:
         bar.close()
         return self.searches
 
+    def _room(self, rows: _Rows | None) -> int:
+        """How many waiting sequences join the pool now. With compaction the pool holds about `batch_size` × (B + anchor)
+        rows: a live sequence counts at its next width (its rows × children, at most B + anchor) and a newcomer at full
+        width, so sequences whose beams pruning has narrowed make room for more. Without it, a batch runs to its end."""
+        if rows is None:
+            return self.batch_size
+        if not self.compaction:
+            return 0
+        width = self.beam_width + int(self.anchor)
+        counts = torch.bincount(rows.search[~rows.ghost], minlength=len(self.searches))
+        projected = int((counts * self.children).clamp(max=width).sum())
+        return max(0, (self.batch_size * width - projected) // width)
+
     def _admit(self, fresh: list[int], state: DecodeState | None, rows: _Rows | None) -> tuple[DecodeState, _Rows]:
         """Prefill new sequences and add their single root row each to the pool."""
-        new_state = self.lm.prefill([self.prefixes[i] for i in fresh])
+        new_state = self.lm.prefill([self.prefixes[i] for i in fresh], shared=True)
         device = self.lm.device
         for i in fresh:
             bos = 0 if self.lm.bos_token_id is None else 1
@@ -504,9 +516,10 @@ def cbs(
     sequence, default B) and adds it to the lower bound. Children per beam element are the
     policy's kept set, capped at the `max_children` most likely tokens; mass beyond the cap is
     banked. `eos_token_id` ('auto': the model's) ends paths that emit it before step T.
-    `batch_size` sequences (default: the model's batch size) run at once; with `compaction`
-    finished sequences free their rows for waiting ones, without it a batch runs padded until
-    all of its sequences finish (the paper's behaviour, for comparison). `anchor` keeps the
+    About `batch_size` × B rows (default batch size: the model's) run at once; with `compaction`
+    finished sequences and beams narrowed by pruning free rows for waiting sequences, without it
+    a batch of `batch_size` sequences runs padded until all of them finish (the paper's
+    behaviour, for comparison). `anchor` keeps the
     target's own path in the beam (one extra row when the B best leave it out), so the lower
     bound at ε = 0 is p_z whenever the search is not stopped by τ_min; `anchor=False` is the
     paper's Algorithms 1–3 exactly (docs/cbs.md).

@@ -187,7 +187,7 @@ def monte_carlo(
     bar = tqdm(total=len(streams) * samples, desc="Monte Carlo", unit="sample", disable=not progress)
     with torch.inference_mode():
         for block in _blocks(len(prefix_ids), samples, replicates, lm, max_rows):
-            prefilled = lm.prefill([prefix_ids[i] for i in block])
+            prefilled = lm.prefill([prefix_ids[i] for i in block], shared=True)
             for batch in _batches(block, samples, replicates, max_rows):
                 drawn = _sample(lm, prefilled, _parents(batch, block.start), _uniforms(batch, lengths, streams), policy)
                 for piece, rows in zip(batch, np.split(drawn, np.cumsum([piece.count for piece in batch])[:-1])):

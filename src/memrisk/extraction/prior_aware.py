@@ -54,7 +54,7 @@ def bank_log_probs(
     per_pass = max(1, (lm.batch_size * TOKEN_BUDGET) // (chunk * longest))
     bar = tqdm(total=len(bank) * len(suffix_ids), desc="prior (bank x suffixes)", unit="pair", disable=not progress)
     for rows in batch_slices(len(bank), chunk):
-        state = lm.prefill([list(p) for p in bank.prefixes[rows]])
+        state = lm.prefill([list(p) for p in bank.prefixes[rows]], shared=True)
         width = rows.stop - rows.start
         for group in batch_slices(len(suffix_ids), per_pass):
             members = suffix_ids[group]

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from memrisk.errors import MemriskError, first_line
-from memrisk.models import kvcache
+from memrisk.models import kvcache, shared_prefix
+from memrisk.models.shared_prefix import SharedPrefixCache
 
 SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -70,12 +71,18 @@ def _config_number(config: Any, names: Sequence[str], what: str) -> int:
 
 @dataclass
 class DecodeState:
-    """KV cache and bookkeeping of a batch being decoded one token at a time."""
+    """KV cache and bookkeeping of a batch being decoded one token at a time: a plain cache with its attention mask,
+    or a `SharedPrefixCache` (which holds its own masks; `attention_mask` is None)."""
 
     cache: Any
-    attention_mask: torch.Tensor
+    attention_mask: torch.Tensor | None
     next_position: torch.Tensor
     logits: torch.Tensor
+
+    @property
+    def shared(self) -> bool:
+        """Whether rows read shared prefixes in place."""
+        return isinstance(self.cache, SharedPrefixCache)
 
 
 class LanguageModel:
@@ -306,16 +313,36 @@ class LanguageModel:
                 out[i, : len(suffix)] = logits[i, max_t - len(suffix):]
         return out
 
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether many rows can continue one prefix in place (`prefill(..., shared=True)`); else each row copies it."""
+        return shared_prefix.supports(self.model)
+
     @torch.inference_mode()
-    def prefill(self, prefixes: Sequence[Sequence[int]]) -> DecodeState:
-        """Run the prefixes once and keep their KV cache for incremental decoding."""
+    def prefill(self, prefixes: Sequence[Sequence[int]], shared: bool = False) -> DecodeState:
+        """Run the prefixes once and keep their KV cache for incremental decoding; with `shared` (where the model allows
+        it) rows later selected or expanded from a prefix read its cache in place instead of copying it."""
         ids, mask = self._input_batch(prefixes)
         out = self._forward(ids, mask, keep=1, use_cache=True)
+        if shared and self.shares_prefixes:
+            return DecodeState(SharedPrefixCache.from_prefill(out.past_key_values, mask), None, mask.sum(-1), out.logits[:, -1])
         return DecodeState(kvcache.adopt(out.past_key_values), mask, mask.sum(-1), out.logits[:, -1])
+
+    def _call_shared(self, cache: SharedPrefixCache, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """A forward of `ids` [rows, q] continuing a shared-prefix cache; returns the logits [rows, q, V]."""
+        with shared_prefix.attention(self.model):
+            out = self._call(
+                input_ids=ids.to(self.device), attention_mask=_PREPARED_MASK, position_ids=positions,
+                past_key_values=cache, use_cache=True, **{shared_prefix.CACHE_ARGUMENT: cache},
+            )
+        return out.logits
 
     @torch.inference_mode()
     def step(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
         """Append one token per row and return the state with the next-token logits."""
+        if state.shared:
+            logits = self._call_shared(state.cache, tokens.view(-1, 1), state.next_position.view(-1, 1))
+            return DecodeState(state.cache, None, state.next_position + 1, logits[:, -1])
         mask = torch.cat([state.attention_mask, state.attention_mask.new_ones(len(tokens), 1)], dim=-1)
         out = self._call(
             input_ids=tokens.view(-1, 1).to(self.device),
@@ -335,13 +362,17 @@ class LanguageModel:
         and left untouched, so one prefill serves any number of suffixes. Position t holds the
         logits predicting suffix token t; rows may be right-padded (causal attention ignores it).
         """
-        rows, (count, length) = state.attention_mask.shape[0], suffixes.shape
+        rows, (count, length) = state.logits.shape[0], suffixes.shape
         if count % rows:
             raise MemriskError(f"{count} suffix rows do not tile {rows} cached prefixes")
         tiles = count // rows
         first = state.logits.repeat(tiles, 1).unsqueeze(1)
         if length == 1:
             return first
+        if state.shared:
+            positions = state.next_position.repeat(tiles).unsqueeze(1) + torch.arange(length - 1, device=self.device)
+            logits = self._call_shared(state.cache.tiled(tiles), suffixes[:, :-1], positions)
+            return torch.cat([first, logits], dim=1)
         cache = kvcache.tiled_copy(state.cache, tiles, self.model.config)
         history = state.attention_mask.repeat(tiles, 1)
         mask = torch.cat([history, history.new_ones(count, length - 1)], dim=-1)
@@ -355,6 +386,10 @@ class LanguageModel:
     def select_rows(self, state: DecodeState, index: torch.Tensor) -> DecodeState:
         """Keep (and repeat) the rows `index` of a decoding batch, e.g. beam parents."""
         index = index.to(self.device)
+        if state.shared:
+            cache = state.cache.select(index)
+            cache.compact()
+            return DecodeState(cache, None, state.next_position[index], state.logits[index])
         state.cache.batch_select_indices(index)
         return _trim(DecodeState(state.cache, state.attention_mask[index], state.next_position[index], state.logits[index]))
 
@@ -362,11 +397,19 @@ class LanguageModel:
         """Rows `index` (repeats allowed) of a prefilled batch as a new decoding batch; `state` is left
         as it is, so one prefill serves any number of batches (CBS paper App. C.3, eq. 23)."""
         index = index.to(self.device)
+        if state.shared:
+            return DecodeState(state.cache.select(index, copy=True), None, state.next_position[index], state.logits[index])
         cache = kvcache.selected_copy(state.cache, index)
         return _trim(DecodeState(cache, state.attention_mask[index], state.next_position[index], state.logits[index]))
 
     def merge(self, first: DecodeState, second: DecodeState) -> DecodeState:
         """One decoding batch holding the rows of both (the shorter history is left-padded)."""
+        if first.shared != second.shared:
+            raise MemriskError("cannot merge a shared-prefix decoding batch with a plain one")
+        if first.shared:
+            first.cache.merge(second.cache)
+            return DecodeState(first.cache, None, torch.cat([first.next_position, second.next_position]),
+                               torch.cat([first.logits, second.logits]))
         width = max(first.attention_mask.shape[1], second.attention_mask.shape[1])
         kvcache.merge(first.cache, second.cache, width)
         mask = torch.cat([kvcache.left_pad(first.attention_mask, width, 1), kvcache.left_pad(second.attention_mask, width, 1)])
@@ -376,6 +419,10 @@ class LanguageModel:
             torch.cat([first.next_position, second.next_position]),
             torch.cat([first.logits, second.logits]),
         ))
+
+
+_PREPARED_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)
+"""A stand-in 4-D mask: transformers takes a 4-D mask as prepared and builds none; shared-prefix attention masks itself."""
 
 
 def plain_chat(messages: Sequence[dict[str, str]]) -> str:

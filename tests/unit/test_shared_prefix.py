@@ -1,0 +1,87 @@
+"""Shared-prefix decoding (models/shared_prefix.py) gives the logits of the plain per-row KV cache: after expanding
+prefixes over rows, beam reorders with repeats, merging newly prefilled rows, and teacher-forced continuations.
+
+The two compute attention in different orders (two softmax parts joined, against one SDPA call), so float32 logits
+agree to a tolerance, not bitwise: |Δ| ≤ 1e-4 · (1 + |logit|) for these 2-layer models, whose logits sum a few
+hundred products per layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import memrisk
+from memrisk.models import shared_prefix
+from tests.conftest import tiny_gpt2
+
+VOCAB = 50
+PREFIXES = [[1, 2, 3, 4, 5], [7, 8, 9], [3, 3, 3, 3, 3, 3, 3]]
+
+
+def tiny_llama() -> LlamaForCausalLM:
+    """A random 2-layer Llama with grouped-query attention (4 heads over 2 key/value heads)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=128)
+    return LlamaForCausalLM(config).eval()
+
+
+MODELS = {"gpt2": lambda: tiny_gpt2(vocab_size=VOCAB, n_positions=128), "llama-gqa": tiny_llama}
+
+
+def decode(lm: memrisk.LanguageModel, shared: bool) -> list[torch.Tensor]:
+    """Logits along one scripted decode: expand, step, reorder with repeats, step, merge a new prefix, step."""
+    generator = torch.Generator().manual_seed(1)
+    state = lm.prefill(PREFIXES, shared=shared)
+    assert state.shared == shared
+    state = lm.expand_rows(state, torch.tensor([0, 0, 1, 2, 2, 2, 1]))
+    seen = [state.logits]
+    state = lm.step(state, torch.randint(0, VOCAB, (7,), generator=generator))
+    seen.append(state.logits)
+    state = lm.select_rows(state, torch.tensor([6, 5, 5, 0, 3, 1]))
+    state = lm.step(state, torch.randint(0, VOCAB, (6,), generator=generator))
+    seen.append(state.logits)
+    state = lm.merge(state, lm.prefill([[11, 12, 13, 14, 15, 16, 17, 18, 19]], shared=shared))
+    state = lm.select_rows(state, torch.tensor([0, 2, 6, 6]))
+    for _ in range(3):
+        state = lm.step(state, torch.randint(0, VOCAB, (4,), generator=generator))
+        seen.append(state.logits)
+    return seen
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(((a - b).abs() <= 1e-4 * (1 + a.abs())).all())
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_shared_prefix_decoding_gives_the_plain_caches_logits(name: str) -> None:
+    lm = memrisk.load_model(MODELS[name]())
+    assert lm.shares_prefixes
+    for plain, shared in zip(decode(lm, False), decode(lm, True), strict=True):
+        assert plain.shape == shared.shape and close(plain, shared)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_shared_prefix_continuations_match_a_full_forward(name: str) -> None:
+    lm = memrisk.load_model(MODELS[name]())
+    suffixes = torch.randint(0, VOCAB, (6, 5), generator=torch.Generator().manual_seed(2))
+    shared = lm.continuation_logits(lm.prefill(PREFIXES, shared=True), suffixes)
+    full = lm.suffix_logits([PREFIXES[i % 3] for i in range(6)], suffixes.tolist())
+    assert close(full, shared)
+
+
+def test_compaction_forgets_prefixes_and_columns_no_row_reads() -> None:
+    lm = memrisk.load_model(tiny_llama())
+    state = lm.prefill(PREFIXES, shared=True)
+    state = lm.step(lm.select_rows(state, torch.tensor([1, 1])), torch.tensor([4, 5]))
+    cache = state.cache
+    assert cache.prefix_mask.shape == (1, 3) and cache.owner.tolist() == [0, 0]
+    assert all(layer.prefix_keys.shape[0] == 1 and layer.prefix_keys.shape[2] == 3 for layer in cache.layers)
+
+
+def test_models_with_windowed_or_capped_attention_keep_the_plain_cache() -> None:
+    windowed = tiny_llama()
+    windowed.config.sliding_window = 4
+    assert not shared_prefix.supports(windowed)
+    assert not memrisk.load_model(windowed).prefill(PREFIXES, shared=True).shared
