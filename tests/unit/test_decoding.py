@@ -169,3 +169,16 @@ def test_top_children_are_the_most_likely_kept_tokens_in_order(rows: list[list[f
         assert int(got_kept) == len(order)
         assert got_tokens.tolist()[: len(order)] == order[:width]
         np.testing.assert_allclose(got_values.double().numpy()[: len(order)], [want[i] for i in order[:width]], atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", [DecodingPolicy(top_k=40), DecodingPolicy(temperature=0.7, top_k=5), DecodingPolicy(top_k=1)])
+def test_top_k_sampling_over_the_kept_set_draws_what_the_full_inverse_cdf_draws(policy: DecodingPolicy) -> None:
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(10):
+        logits = torch.randn(256, 500, generator=generator) * 3
+        logits[:128, ::5] = logits[:128, ::5].round()  # ties, some across the k-th place (the full path)
+        uniforms = torch.rand(256, generator=generator, dtype=torch.float64)
+        cdf = torch.cumsum(policy.log_probs(logits).exp().double(), dim=-1)
+        expected = torch.searchsorted(cdf, (uniforms.unsqueeze(-1) * cdf[:, -1:]), right=True).squeeze(-1).clamp(max=499)
+        assert torch.equal(policy.sample(logits, uniforms=uniforms), expected)
+        assert policy.log_probs(logits).gather(-1, expected.unsqueeze(-1)).isfinite().all()
