@@ -1,0 +1,175 @@
+"""memrisk's performance in one table: every figure as a ratio to a reference measured in the same run.
+
+    python benchmarks/table.py [--windows 8] [--threads N]
+
+References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it), the model's bare
+forward pass, transformers' `generate(num_beams=B)`, and Python's difflib. The model is SmolLM2-135M-Instruct; the
+windows are 50 + 50 tokens of standard-library docstrings. For CBS and Monte Carlo each window's suffix repeats its
+prefix, so the model can copy it in context and the search keeps full beams within ε = 5 (text the model cannot
+continue prunes every beam in a few steps, leaving little to batch). FLOPs are 2 × parameters per token evaluation
+(CBS paper App. C.3). Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
+per figure) plus the weights, next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
+budgets for them (`memory.sequence_bytes`). Goals (issue 21) are printed beside each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cydifflib
+import torch
+from teacher_forcing import make_windows
+
+import memrisk
+from memrisk import DecodingPolicy
+from memrisk.models import memory
+from memrisk.models.throughput import device_peak_flops, forward_flops
+
+STATUS = Path("/proc/self/status")
+CLEAR_REFS = Path("/proc/self/clear_refs")
+FOUR_POLICIES = [DecodingPolicy(top_k=40), DecodingPolicy(), DecodingPolicy(temperature=0.7, top_k=40), DecodingPolicy(top_p=0.9)]
+TOP_K = DecodingPolicy(top_k=40)
+BEAMS, EPSILON, MC_SAMPLES = 20, 5, 256
+
+
+def resident(field: str) -> int:
+    """Bytes of a /proc/self/status field (VmRSS, VmHWM); 0 where there is none."""
+    if not STATUS.is_file():
+        return 0
+    for line in STATUS.read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def measured(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float, int]:
+    """Result, best wall seconds of `repeats` calls, and the peak resident bytes above the start (Linux)."""
+    if CLEAR_REFS.exists():
+        CLEAR_REFS.write_text("5")
+    before = resident("VmRSS")
+    times, out = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return out, min(times), max(0, resident("VmHWM") - before)
+
+
+def machine() -> str:
+    """One line describing this machine and the torch threads used."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        cpu = f"{names[0]} x {len(names)}" if names else cpu
+    return f"{cpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def repeated_windows(lm: memrisk.LanguageModel, count: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Windows whose suffix repeats their 50-token prefix (the model copies it in context)."""
+    prefixes, _ = make_windows(lm, count)
+    return prefixes, [list(p) for p in prefixes]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", type=int, default=8, help="windows per figure, also the batch in sequences (default 8)")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lm = memrisk.load_model("smollm2", batch_size=args.windows)
+    parameters = sum(p.numel() for p in lm.model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    shape = lm.shape
+    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * shape.dtype_bytes
+    rows_table: list[tuple[str, str, str, str]] = []
+
+    def row(name: str, value: str, goal: str, note: str = "") -> None:
+        rows_table.append((name, value, goal, note))
+        print(f"  {name}: {value} (goal {goal}) {note}", flush=True)
+
+    def memory_note(peak: int, rows: int, tokens: int, scored: int) -> str:
+        direct = weights + rows * tokens * kv_per_token + rows * scored * shape.vocab_size * 4
+        budget = rows * memory.sequence_bytes(**dataclasses.asdict(shape), sequence_length=tokens, scored_positions=scored)
+        return (f"peak {(peak + weights) / 2**20:,.0f} MiB = {(peak + weights) / direct:.2f}x weights+KV+logits "
+                f"({direct / 2**20:,.0f} MiB); auto budget {(budget + weights) / 2**20:,.0f} MiB")
+
+    peak = device_peak_flops(lm.device, seconds=2.0)
+    print(f"{machine()}\nmatmul peak {peak / 1e9:.0f} GFLOP/s (float32, 1024x1024)", flush=True)
+
+    prefixes, suffixes = make_windows(lm, args.windows)
+    batch = lm._input_batch([p + s for p, s in zip(prefixes, suffixes)])[0]
+
+    def bare() -> None:
+        with torch.inference_mode():
+            lm.model(batch)
+
+    bare()
+    _, bare_s, _ = measured(bare, 3)
+    bare_rate = forward_flops(int(batch.numel()), parameters) / bare_s
+    row("bare forward", f"{bare_rate / 1e9:.0f} GFLOP/s = {bare_rate / peak:.0%} of peak", "reference")
+    memrisk.verbatim_scores(lm, prefixes, suffixes, FOUR_POLICIES)
+    _, tf_s, tf_peak = measured(lambda: memrisk.verbatim_scores(lm, prefixes, suffixes, FOUR_POLICIES), 3)
+    row("teacher forcing, 4 policies", f"{bare_s / tf_s:.2f}x bare forward throughput", ">= 0.95",
+        memory_note(tf_peak, len(prefixes), 101, 50))
+
+    copy_prefixes, copy_suffixes = repeated_windows(lm, args.windows)
+    search = {"beam_width": BEAMS, "prune": "levenshtein", "epsilon": EPSILON, "batch_size": args.windows}
+    found, cbs_s, cbs_peak = measured(lambda: memrisk.cbs(lm, copy_prefixes, copy_suffixes, TOP_K, **search))
+    evals = sum(r.token_evals for r in found)
+    rate = forward_flops(evals, parameters) / cbs_s
+    row(f"CBS, Levenshtein eps={EPSILON}, B={BEAMS}, anchored, {args.windows} windows",
+        f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak", ">= 60%",
+        f"{evals / len(found):.0f} token evals/window; " + memory_note(cbs_peak, args.windows * (BEAMS + 1), 101, 1))
+
+    half = max(1, args.windows // 2)
+
+    def generate() -> None:
+        with torch.inference_mode():
+            for i in range(0, len(prefixes), half):
+                ids = torch.tensor(prefixes[i:i + half])
+                lm.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=BEAMS, max_new_tokens=50,
+                                  min_new_tokens=50, do_sample=False, early_stopping=False, length_penalty=0.0,
+                                  pad_token_id=lm.eos_token_id)
+
+    _, generate_s, _ = measured(generate)
+    _, kcbs_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, beam_width=BEAMS, prune=None, batch_size=args.windows))
+    row(f"k-CBS (Algorithm 1), B={BEAMS}", f"{kcbs_s / generate_s:.2f}x the time of generate(num_beams={BEAMS})", "<= 0.5",
+        f"generate in batches of {half} windows")
+
+    results, mc_s, mc_peak = measured(lambda: memrisk.monte_carlo(lm, copy_prefixes[:2], copy_suffixes[:2], TOP_K,
+                                                                   samples=MC_SAMPLES, epsilon=EPSILON, max_rows=MC_SAMPLES))
+    mc_evals = sum(r.token_evals for r in results)
+    rate = forward_flops(mc_evals, parameters) / mc_s
+    row(f"Monte Carlo, {MC_SAMPLES} samples/window, prefix once", f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak", ">= 50%",
+        memory_note(mc_peak, MC_SAMPLES, 101, 1))
+
+    texts = [(lm.decode(a), lm.decode(b)) for a, b in zip(prefixes, suffixes)] * 20
+    plain = statistics.fmean(timed_ratio(difflib.SequenceMatcher, texts) for _ in range(3))
+    fast = statistics.fmean(timed_ratio(cydifflib.SequenceMatcher, texts) for _ in range(3))
+    row("closeness: SequenceMatcher ratio (cydifflib)", f"{plain / fast:.1f}x faster than difflib", "reference: difflib")
+
+    print(f"\n| figure | measured | goal | notes |\n|---|---|---|---|")
+    for name, value, goal, note in rows_table:
+        print(f"| {name} | {value} | {goal} | {note} |")
+
+
+def timed_ratio(matcher: Any, pairs: list[tuple[str, str]]) -> float:
+    """Seconds to compute `matcher(None, a, b).ratio()` over all pairs."""
+    start = time.perf_counter()
+    for a, b in pairs:
+        matcher(None, a, b).ratio()
+    return time.perf_counter() - start
+
+
+if __name__ == "__main__":
+    main()
