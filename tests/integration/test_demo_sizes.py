@@ -51,7 +51,7 @@ def test_sizes_share_everything_but_the_model_shape_and_small_is_the_original_mo
     shape = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
     small, base = (vars(SIZES[name]) for name in ("small", "base"))
     assert {k: v for k, v in small.items() if k not in shape} == {k: v for k, v in base.items() if k not in shape}
-    assert (_parameters(SIZES["small"]), _parameters(SIZES["base"])) == (4_458_752, 13_079_424)
+    assert (_parameters(SIZES["small"]), _parameters(SIZES["base"])) == (2_753_792, 4_458_752)
 
 
 def test_an_unknown_size_is_one_clear_error(capsys) -> None:

@@ -14,8 +14,8 @@ DEMO_BATCH_SIZE = 16
 DEMO_POLICIES = [{"top_k": 40}, {"name": "full"}]
 DEMO_GENERIC_WINDOWS = 16
 # n is calibrated on simple sentences of the demo model's own domain (reference-documentation
-# idiom): the PA paper's Appendix B set is web and e-mail English this model never saw, which
-# puts its ratios near 1 and n near 4 — too low to mean "generic" for this model.
+# idiom): the PA paper's Appendix B set is web and e-mail English this model never saw, so it
+# would set n by text of another domain.
 DEMO_GENERIC_SEQUENCES = [
     "Return a new list containing all items from the iterable in ascending order. A custom key function can be "
     "supplied to customize the sort order, and the reverse flag can be set to request the result in descending order.",
@@ -37,7 +37,7 @@ DEMO_GENERIC_SEQUENCES = [
 DEMO_CORPUS_FOLDER = "demo-corpus"
 """The cache folder of the demo's training corpora (JSONL), indexed for the windows' corpus counts."""
 DEMO_PRIOR_AWARE = {
-    "prefixes_per_trial": 40, "trials": 5, "bank_datasets": ["heldout"], "generic_sequences": DEMO_GENERIC_SEQUENCES,
+    "prefixes_per_trial": 10, "trials": 2, "bank_datasets": ["heldout"], "generic_sequences": DEMO_GENERIC_SEQUENCES,
 }
 
 
