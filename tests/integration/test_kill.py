@@ -41,7 +41,7 @@ from memrisk.books.costs import Price, cost
 from memrisk.books.providers import Usage
 from memrisk.books.session import messages_digest
 from tests.conftest import WORDS
-from tests.integration.test_ray import assert_close, assert_same_records, ray_cluster  # noqa: F401  (the fixture is used by name)
+from tests.integration.test_ray import assert_close, assert_same_records
 from tests.integration.test_run import records, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -338,16 +338,16 @@ def test_local_run_killed_at_random_moments_loses_nothing(tmp_path, launcher, ex
 def test_ray_driver_killed_at_random_moments_loses_nothing(tmp_path, launcher, experiment, ray_cluster) -> None:
     """The driver of `memrisk run --ray` killed at its own writes and after random delays; its
     workers die with it and fresh ones take over at the next run. Ray workers score with one
-    thread and the local run with two, so numbers agree to the float32 reordering bound rather
-    than bitwise. Every run starts a Ray worker that imports torch and loads the model (6-10 s on
+    thread and a local run with the machine's (two on two cores), so numbers agree to the float32
+    reordering bound rather than bitwise. Every run starts a Ray worker that imports torch and loads the model (6-10 s on
     two cores), so most kills are after random delays within the runs seen so far, which land
     in the worker start, the scoring and the commits alike."""
     rng = random.Random(f"{SEED}/ray")
     out = tmp_path / "killed"
     args = ["run", str(experiment.path), "--out", str(out), "--ray", ray_cluster]
     chunks = len(shards(experiment.reference))
-    scoring = [rng.choice(PER_CHUNK[1:]) for _ in range(4)]
-    schedule = [*scoring, *["time"] * 6, rng.choice(["write:ray_run.json", "finish", "write:summary.json"])]
+    scoring = [rng.choice(PER_CHUNK[1:]) for _ in range(2)]
+    schedule = [*scoring, *["time"] * 4, rng.choice(["write:ray_run.json", "finish", "write:summary.json"])]
     kills: list[Kill] = []
     longest = 0.0
     for i, moment in enumerate(schedule):
@@ -371,7 +371,7 @@ def test_ray_driver_killed_at_random_moments_loses_nothing(tmp_path, launcher, e
     show(f"memrisk run --ray, driver killed (uninterrupted: {seconds:.1f} s)", kills, ("before", "after"))
     # every kill at a named moment lands; a timed one may come after a resumed run (less work left) already finished
     assert all(k.status == -signal.SIGKILL for k in kills if k.moment != "time"), kills
-    assert sum(k.status == -signal.SIGKILL for k in kills if k.moment == "time") >= 3, kills
+    assert sum(k.status == -signal.SIGKILL for k in kills if k.moment == "time") >= 2, kills
     reference = json.loads((experiment.reference / "summary.json").read_text())
     assert_close(json.loads((out / "summary.json").read_text()), reference, "summary")
     check_finished(out, experiment.records, exact=False)

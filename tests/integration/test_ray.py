@@ -8,7 +8,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +28,6 @@ from tests.numerics import reorder_tolerance
 from tests.integration.test_run import interrupted_run, records, write_config
 
 pytestmark = pytest.mark.slow
-RAY = str(Path(sys.executable).parent / "ray")
 EXPERIMENT = {
     "methods": ["probabilistic", "greedy", "cbs", "prior_aware"],
     "cbs": {"beam_width": 4, "epsilon": 2, "max_children": 8},
@@ -38,34 +36,6 @@ EXPERIMENT = {
     "shard_size": 2,
     "ray": {"workers": 2},
 }
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> str:
-    """A Ray head with 2 CPUs (room for 2 one-CPU workers), stopped afterwards. Ray's single-machine
-    mode makes every Ray process, the driver's included, listen on 127.0.0.1 only (so it needs
-    no token, whatever token an earlier cluster left in ~/.ray)."""
-    port = free_port()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        patch.setenv("RAY_AUTH_MODE", "disabled")
-        subprocess.run(
-            [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
-             "--include-dashboard=false", "--disable-usage-stats", "--object-store-memory=100000000"],
-            check=True, stdout=subprocess.DEVNULL,
-        )
-        try:
-            yield f"127.0.0.1:{port}"
-        finally:
-            subprocess.run([RAY, "stop", "--force"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="module")

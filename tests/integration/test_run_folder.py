@@ -22,17 +22,20 @@ from tests.conftest import TINY_HIDDEN, word_tokenizer
 from tests.numerics import assert_same_records, reorder_tolerance
 from tests.integration.test_run import STORY, interrupted_run, records, write_config
 
-SLOW_CHUNKS = """
-import sys, time
+HELD_CHUNKS = """
+import os, sys, time
 import memrisk.runner as runner
-real = runner.score_chunk
-def slow(*args, **kwargs):
-    time.sleep(0.3)
+real, scored = runner.score_chunk, []
+def held(*args, **kwargs):
+    scored.append(1)
+    while len(scored) > 1 and not os.path.exists(os.environ["MEMRISK_TEST_GATE"]):
+        time.sleep(0.02)
     return real(*args, **kwargs)
-runner.score_chunk = slow
+runner.score_chunk = held
 from memrisk.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+"""`memrisk run ARGS` that commits its first chunk, then scores the next only once the file $MEMRISK_TEST_GATE exists."""
 
 
 def error_line(capsys) -> str:
@@ -68,20 +71,23 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, model_dir, capl
 
 
 def test_two_runs_on_one_folder_one_is_refused_and_the_records_stay_whole(tmp_path, model_dir) -> None:
-    """The second run starts while the first scores (slowed to 0.3 s a chunk) with another shard size."""
+    """The second run starts, with another shard size, while the first has committed its first chunk and waits to score
+    the next (held until the second has been refused)."""
     first_config = write_config(tmp_path, model_dir, shard_size=1)
     second_dir = tmp_path / "second"
     second_dir.mkdir()
     second_config = write_config(second_dir, model_dir, shard_size=3)
-    out = tmp_path / "out"
-    first = subprocess.Popen([sys.executable, "-c", SLOW_CHUNKS, "run", str(first_config), "--out", str(out)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    first = subprocess.Popen([sys.executable, "-c", HELD_CHUNKS, "run", str(first_config), "--out", str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "MEMRISK_TEST_GATE": str(gate)})
     deadline = time.monotonic() + 120
-    while not (out / "manifest.json").exists():
+    while not (out / "manifest.json").exists() or not json.loads((out / "manifest.json").read_text())["shards"]:
         assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
         time.sleep(0.05)
     second = subprocess.run([sys.executable, "-m", "memrisk.cli", "run", str(second_config), "--out", str(out)],
                             capture_output=True, text=True, timeout=120, check=False)
+    assert first.poll() is None, "the first run finished before the second was refused"
+    gate.touch()
     assert first.wait(timeout=120) == 0
     assert second.returncode == 2, second.stderr
     assert f"is being written by another memrisk process (pid {first.pid} on" in second.stderr

@@ -6,9 +6,9 @@ full studies take minutes each on two cores, so here each experiment study runs 
 windows.limit=1` does: every cell, method and figure, on the first window of each dataset; books studies replay their
 recorded logs in full; the demo's studies (`base: demo`) run on the demo shrunk (tests/tiny_demo.py: its corpus over a
 20-word vocabulary, two tiny sizes trained until the larger one reproduces the passages planted 64 times), whose
-training takes seconds where the real sizes take minutes; the counterfactual study (`base: pa-counterfactual`) trains
-its 13 models of one seed on 2 targets for a few steps each, with a bank of 2 × 10 prefixes. `python
-docs/make_figures.py` runs them all in full."""
+training takes seconds where the real sizes take minutes; a prior-aware experiment study's bank holds 5 prefixes per
+trial instead of 25; the counterfactual study (`base: pa-counterfactual`) trains its 13 models of one seed on 2 targets
+for a few steps each, with a bank of 2 × 10 prefixes. `python docs/make_figures.py` runs them all in full."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ CATALOGUE = REPO / "docs" / "figures.md"
 QUICK = {"windows.limit": 1}
 COUNTERFACTUAL_QUICK = {"seeds": 1, "targets": 2, "documents": 150, "steps": 20}
 """The counterfactual study's section in the test: every composition, one seed, models trained for 20 steps."""
+PRIOR_AWARE_QUICK = 5
+"""Bank prefixes per trial of an experiment study's prior-aware method (calibration and priors cost a model pass per
+bank prefix and sequence; the study's 25 make its prior-aware cells take most of the catalogue's time)."""
 ROW = re.compile(
     r"^\| (?P<figure>[^|]+?) \| `(?P<study>studies/[^`]+\.yaml)` \| `memrisk study (?P=study)` \| "
     r"!?\[[^\]]*\]\(figures/(?P<slug>[A-Za-z0-9.-]+)\.(?P<kind>png|csv)\) \|"
@@ -72,9 +75,12 @@ def regenerate(study: str, folder: Path, smollm2: Any, batch_size: int) -> None:
     source: Path | dict[str, Any] = REPO / study
     quick: dict[str, Any] = dict(QUICK)
     mapping = read_yaml_mapping(source, "base, grid")
-    if mapping.get("base") == COUNTERFACTUAL_BASE:
+    base = mapping.get("base")
+    if base == COUNTERFACTUAL_BASE:
         source = mapping | {COUNTERFACTUAL_BASE: mapping.get(COUNTERFACTUAL_BASE, {}) | COUNTERFACTUAL_QUICK}
         quick["prior_aware.prefixes_per_trial"] = 10
+    elif isinstance(base, dict) and "prior_aware" in base.get("methods", []):
+        quick["prior_aware.prefixes_per_trial"] = PRIOR_AWARE_QUICK
     models = study_models(source, progress=False)
 
     def load(config: Any) -> Any:

@@ -18,7 +18,7 @@ POLICIES = [DecodingPolicy(), DecodingPolicy(top_k=3), DecodingPolicy(temperatur
 def word_lm(**options) -> memrisk.LanguageModel:
     """A fresh copy of conftest's word model (same seed, so the same weights), one batch for all rows."""
     tokenizer = word_tokenizer()
-    return memrisk.load_model(tiny_gpt2(vocab_size=len(tokenizer), seed=1, n_positions=256), tokenizer, batch_size=4, **options)
+    return memrisk.load_model(tiny_gpt2(vocab_size=len(tokenizer), seed=1, n_positions=256, layers=1), tokenizer, batch_size=4, **options)
 
 
 def assert_same_scores(got: memrisk.VerbatimScores, want: memrisk.VerbatimScores) -> None:
