@@ -4,9 +4,10 @@
 
 References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it), the model's bare
 forward pass, transformers' `generate(num_beams=B)`, and Python's difflib. The model is SmolLM2-135M-Instruct; the
-windows are 50 + 50 tokens of standard-library docstrings. For CBS and Monte Carlo each window's suffix repeats its
-prefix, so the model can copy it in context and the search keeps full beams within ε = 5 (text the model cannot
-continue prunes every beam in a few steps, leaving little to batch). FLOPs are 2 × parameters per token evaluation
+windows are 50 + 50 tokens of standard-library docstrings. For CBS and Monte Carlo each window's prefix is a 25-token
+passage written twice and its suffix the same passage twice more, so the model continues the repetition and the search
+keeps full beams within ε = 5 (rows = windows × B, the printed rows per step); text the model cannot continue prunes
+the beams to a few rows, and a decode step of few rows is bound by reading the weights, not by arithmetic. FLOPs are 2 × parameters per token evaluation
 (CBS paper App. C.3). Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
 per figure) plus the weights, next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
 budgets for them (`memory.sequence_bytes`). Goals (issue 21) are printed beside each figure.
@@ -29,6 +30,7 @@ import torch
 from teacher_forcing import make_windows
 
 import memrisk
+import memrisk.extraction.cbs as cbs_module
 from memrisk import DecodingPolicy
 from memrisk.models import memory
 from memrisk.models.throughput import device_peak_flops, forward_flops
@@ -63,6 +65,52 @@ def measured(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float, int]:
     return out, min(times), max(0, resident("VmHWM") - before)
 
 
+class Breakdown:
+    """Wall seconds spent inside named functions during a run, by wrapping them (parts are disjoint: none calls another)."""
+
+    PARTS = {
+        "forward": (memrisk.LanguageModel, "step"),
+        "prefill": (memrisk.LanguageModel, "prefill"),
+        "log-softmax/top-k": (DecodingPolicy, "top_children"),
+        "distance bookkeeping": (cbs_module, "band_step"),
+        "cache reorder": (memrisk.LanguageModel, "select_rows"),
+    }
+    """The timed parts: the decode step's forward, the prefixes' prefill, the children's log-probabilities, the
+    Levenshtein band update, and the beam reorder of the KV cache."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(self.PARTS, 0.0)
+        self.steps = 0
+        self.originals: dict[str, Any] = {}
+
+    def __enter__(self) -> Breakdown:
+        for name, (owner, attribute) in self.PARTS.items():
+            original = getattr(owner, attribute)
+            self.originals[name] = original
+            setattr(owner, attribute, self._timed(name, original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, (owner, attribute) in self.PARTS.items():
+            setattr(owner, attribute, self.originals[name])
+
+    def _timed(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            self.steps += name == "forward"
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+        return timed
+
+    def line(self, total: float) -> str:
+        """Each part's share of `total` seconds; the rest is the search's own Python and tensor bookkeeping."""
+        parts = [f"{name} {seconds / total:.0%}" for name, seconds in self.seconds.items()]
+        rest = total - sum(self.seconds.values())
+        return "where the time goes: " + ", ".join(parts) + f", other bookkeeping and Python {rest / total:.0%}"
+
+
 def machine() -> str:
     """One line describing this machine and the torch threads used."""
     cpu = platform.processor() or platform.machine()
@@ -74,9 +122,9 @@ def machine() -> str:
 
 
 def repeated_windows(lm: memrisk.LanguageModel, count: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Windows whose suffix repeats their 50-token prefix (the model copies it in context)."""
-    prefixes, _ = make_windows(lm, count)
-    return prefixes, [list(p) for p in prefixes]
+    """Windows whose prefix is a 25-token passage twice and whose suffix is that passage twice again."""
+    passages, _ = make_windows(lm, count, prefix=25, suffix=0)
+    return [p + p for p in passages], [p + p for p in passages]
 
 
 def main() -> None:
@@ -130,21 +178,28 @@ def main() -> None:
     row(f"CBS, Levenshtein eps={EPSILON}, B={BEAMS}, anchored, {args.windows} windows",
         f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak", ">= 60%",
         f"{evals / len(found):.0f} token evals/window; " + memory_note(cbs_peak, args.windows * (BEAMS + 1), 101, 1))
+    prefill_evals = sum(len(p) + int(lm.bos_token_id is not None) for p in copy_prefixes)
+    with Breakdown() as breakdown:
+        start = time.perf_counter()
+        memrisk.cbs(lm, copy_prefixes, copy_suffixes, TOP_K, **search)
+        print(f"  CBS: {(evals - prefill_evals) / breakdown.steps:.0f} rows per decode step; "
+              + breakdown.line(time.perf_counter() - start), flush=True)
 
-    half = max(1, args.windows // 2)
+    def generate(per_batch: int) -> Callable[[], None]:
+        def run() -> None:
+            with torch.inference_mode():
+                for i in range(0, len(prefixes), per_batch):
+                    ids = torch.tensor(prefixes[i:i + per_batch])
+                    lm.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=BEAMS, max_new_tokens=50,
+                                      min_new_tokens=50, do_sample=False, early_stopping=False, length_penalty=0.0,
+                                      pad_token_id=lm.eos_token_id)
+        return run
 
-    def generate() -> None:
-        with torch.inference_mode():
-            for i in range(0, len(prefixes), half):
-                ids = torch.tensor(prefixes[i:i + half])
-                lm.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=BEAMS, max_new_tokens=50,
-                                  min_new_tokens=50, do_sample=False, early_stopping=False, length_penalty=0.0,
-                                  pad_token_id=lm.eos_token_id)
-
-    _, generate_s, _ = measured(generate)
+    layouts = sorted({args.windows, max(1, args.windows // 2)})
+    generate_s, per_batch = min((measured(generate(n))[1], n) for n in layouts)
     _, kcbs_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, beam_width=BEAMS, prune=None, batch_size=args.windows))
     row(f"k-CBS (Algorithm 1), B={BEAMS}", f"{kcbs_s / generate_s:.2f}x the time of generate(num_beams={BEAMS})", "<= 0.5",
-        f"generate in batches of {half} windows")
+        f"generate at its faster batch of {' or '.join(map(str, layouts))} windows ({per_batch})")
 
     results, mc_s, mc_peak = measured(lambda: memrisk.monte_carlo(lm, copy_prefixes[:2], copy_suffixes[:2], TOP_K,
                                                                    samples=MC_SAMPLES, epsilon=EPSILON, max_rows=MC_SAMPLES))
