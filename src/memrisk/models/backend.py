@@ -284,14 +284,16 @@ class LanguageModel:
                 f"torch.compile could not compile {self.name}: {type(cause).__name__}: {first_line(cause)}; load it without compile"
             ) from exc
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, keep: int | None = None, **kwargs: Any) -> Any:
-        """One forward pass with explicit positions, so left padding does not shift them."""
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, keep: int | torch.Tensor | None = None, **kwargs: Any) -> Any:
+        """One forward pass with explicit positions, so left padding does not shift them. Logits are computed only where
+        `keep` asks: the last `keep` positions (an int) or the positions it lists (a 1-D tensor)."""
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         if keep is not None and self._keeps_logits:
             kwargs["logits_to_keep"] = keep
         out = self._call(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
-        if keep is not None and out.logits.shape[1] != keep:
-            out.logits = out.logits[:, -keep:]
+        kept = keep if isinstance(keep, int) or keep is None else len(keep)
+        if kept is not None and out.logits.shape[1] != kept:
+            out.logits = out.logits[:, -keep:] if isinstance(keep, int) else out.logits[:, keep]
         return out
 
     @torch.inference_mode()
@@ -304,7 +306,10 @@ class LanguageModel:
         lengths = [len(s) for s in suffixes]
         max_t = max(lengths)
         ids, mask = self._input_batch([list(p) + list(s) for p, s in zip(prefixes, suffixes)])
-        logits = self._forward(ids, mask, keep=max_t + 1).logits[:, :-1]
+        width = ids.shape[1]
+        # the positions predicting the suffix tokens, asked for by index so the logits come back contiguous (a slice of
+        # the last max_t + 1 would make every reshape downstream copy them)
+        logits = self._forward(ids, mask, keep=torch.arange(width - max_t - 1, width - 1, device=ids.device)).logits
         if min(lengths) == max_t:
             return logits
         out = torch.zeros(len(suffixes), max_t, logits.shape[-1], dtype=logits.dtype, device=logits.device)
