@@ -28,7 +28,7 @@ class SpareColumnsLayer(DynamicLayer):
 
     def _assign(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Copy `keys`/`values` into fresh buffers with spare columns."""
-        self.adopt_buffers(_with_spare(keys), _with_spare(values), keys.shape[-2])
+        self.adopt_buffers(with_spare(keys), with_spare(values), keys.shape[-2])
 
     def adopt_buffers(self, key_buffer: torch.Tensor, value_buffer: torch.Tensor, length: int) -> None:
         """Hold these buffers, whose first `length` columns are the cached history."""
@@ -51,7 +51,7 @@ class SpareColumnsLayer(DynamicLayer):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep (and repeat) rows `indices`: one gather straight into new buffers with spare columns."""
         length = self.keys.shape[-2]
-        self.adopt_buffers(_gather_with_spare(self.keys, indices), _gather_with_spare(self.values, indices), length)
+        self.adopt_buffers(gather_with_spare(self.keys, indices), gather_with_spare(self.values, indices), length)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Beam reorder, as `batch_select_indices`."""
@@ -64,15 +64,15 @@ class SpareColumnsLayer(DynamicLayer):
         self.keys, self.values = self.keys[..., columns:, :], self.values[..., columns:, :]
 
 
-def _with_spare(tensor: torch.Tensor) -> torch.Tensor:
-    """A copy of `tensor` [rows, heads, length, dim] in a buffer with SPARE_COLUMNS more columns."""
+def with_spare(tensor: torch.Tensor, spare: int = SPARE_COLUMNS) -> torch.Tensor:
+    """A copy of `tensor` [rows, heads, length, dim] in a buffer with `spare` more columns."""
     rows, heads, length, dim = tensor.shape
-    buffer = tensor.new_empty((rows, heads, length + SPARE_COLUMNS, dim))
+    buffer = tensor.new_empty((rows, heads, length + spare, dim))
     buffer[..., :length, :] = tensor
     return buffer
 
 
-def _gather_with_spare(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+def gather_with_spare(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """Rows `indices` of `tensor` gathered into a buffer with SPARE_COLUMNS more columns."""
     _, heads, length, dim = tensor.shape
     buffer = tensor.new_empty((len(indices), heads, length + SPARE_COLUMNS, dim))

@@ -48,8 +48,8 @@ class SharedPrefixLayer:
         """Write new columns behind the generated ones (growing the buffers when the spare runs out)."""
         added = keys.shape[-2]
         if self.length + added > self.key_buffer.shape[-2]:
-            self.key_buffer = _spare(self.keys, added + SPARE_COLUMNS)
-            self.value_buffer = _spare(self.values, added + SPARE_COLUMNS)
+            self.key_buffer = kvcache.with_spare(self.keys, added + SPARE_COLUMNS)
+            self.value_buffer = kvcache.with_spare(self.values, added + SPARE_COLUMNS)
         self.key_buffer[..., self.length : self.length + added, :] = keys
         self.value_buffer[..., self.length : self.length + added, :] = values
         self.length += added
@@ -104,7 +104,7 @@ class SharedPrefixCache:
     def select(self, index: torch.Tensor, copy: bool = False) -> SharedPrefixCache:
         """Rows `index` (repeats allowed): generated columns gathered, prefixes shared. In place unless `copy`."""
         layers = [
-            SharedPrefixLayer(layer.prefix_keys, layer.prefix_values, _gathered(layer.keys, index), _gathered(layer.values, index), layer.length)
+            SharedPrefixLayer(layer.prefix_keys, layer.prefix_values, kvcache.gather_with_spare(layer.keys, index), kvcache.gather_with_spare(layer.values, index), layer.length)
             for layer in self.layers
         ]
         if not copy:
@@ -125,8 +125,8 @@ class SharedPrefixCache:
         for mine, theirs in zip(self.layers, other.layers):
             mine.prefix_keys = torch.cat([kvcache.left_pad(mine.prefix_keys, width, -2), kvcache.left_pad(theirs.prefix_keys, width, -2)])
             mine.prefix_values = torch.cat([kvcache.left_pad(mine.prefix_values, width, -2), kvcache.left_pad(theirs.prefix_values, width, -2)])
-            mine.key_buffer = _spare(torch.cat([kvcache.left_pad(mine.keys, length, -2), kvcache.left_pad(theirs.keys, length, -2)]), SPARE_COLUMNS)
-            mine.value_buffer = _spare(torch.cat([kvcache.left_pad(mine.values, length, -2), kvcache.left_pad(theirs.values, length, -2)]), SPARE_COLUMNS)
+            mine.key_buffer = kvcache.with_spare(torch.cat([kvcache.left_pad(mine.keys, length, -2), kvcache.left_pad(theirs.keys, length, -2)]))
+            mine.value_buffer = kvcache.with_spare(torch.cat([kvcache.left_pad(mine.values, length, -2), kvcache.left_pad(theirs.values, length, -2)]))
             mine.length = length
         prefixes = self.prefix_mask.shape[0]
         self.prefix_mask = torch.cat([kvcache.left_pad(self.prefix_mask, width, 1), kvcache.left_pad(other.prefix_mask, width, 1)])
@@ -157,22 +157,6 @@ class SharedPrefixCache:
                 layer.key_buffer, layer.value_buffer = layer.key_buffer[..., unread:, :], layer.value_buffer[..., unread:, :]
                 layer.length -= unread
             self.generated_from = self.generated_from - unread
-
-
-def _spare(tensor: torch.Tensor, spare: int) -> torch.Tensor:
-    """A copy of `tensor` [rows, heads, length, dim] in a buffer with `spare` more columns."""
-    rows, heads, length, dim = tensor.shape
-    buffer = tensor.new_empty((rows, heads, length + spare, dim))
-    buffer[..., :length, :] = tensor
-    return buffer
-
-
-def _gathered(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Rows `index` of `tensor` gathered into a buffer with spare columns."""
-    _, heads, length, dim = tensor.shape
-    buffer = tensor.new_empty((len(index), heads, length + SPARE_COLUMNS, dim))
-    torch.index_select(tensor, 0, index, out=buffer[..., :length, :])
-    return buffer
 
 
 def shared_prefix_attention(
