@@ -125,3 +125,27 @@ def test_bad_inputs_raise_one_clear_error(tiny_model, prefixes, suffixes, messag
 def test_policies_argument_is_validated(tiny_model) -> None:
     with pytest.raises(MemriskError, match="policies"):
         memrisk.verbatim_logprob(tiny_model, [[1]], [[2]], [])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_positions_scored_a_few_at_a_time_equal_all_at_once_bit_for_bit(monkeypatch, threads) -> None:
+    """`score_positions` goes over a CPU's positions in parts that fit in cache; with at least two positions per thread in
+    each part, every rank, policy score and moment is the one of all positions at once (the same reductions)."""
+    from memrisk.extraction import probabilistic
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 37, 5000, generator=generator) * 4
+    logits[0, 0, :10] = logits[0, 0, 10]  # a tie at the top: ranks and the nucleus apply the tie rule
+    targets = torch.randint(0, 5000, (3, 37), generator=generator)
+    kept = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        whole = probabilistic.score_positions(POLICIES, logits, targets)
+        monkeypatch.setattr(probabilistic, "CACHED_POSITIONS", 4)
+        parts = probabilistic.score_positions(POLICIES, logits, targets)
+    finally:
+        torch.set_num_threads(kept)
+    assert torch.equal(whole[0], parts[0])
+    for got, want in zip(parts[1] + parts[2], whole[1] + whole[2]):
+        assert got.shape == targets.shape and torch.equal(got, want)
+    assert torch.isneginf(whole[1][1]).any() and torch.isfinite(whole[1][0]).all()

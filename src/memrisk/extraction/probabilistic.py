@@ -18,6 +18,9 @@ from memrisk.decoding import DecodingPolicy, at_least_float32, score_policies, t
 from memrisk.extraction.inputs import as_model, as_policies, batch_slices, padded, prefix_suffix_pairs
 from memrisk.signature import signature
 
+CACHED_POSITIONS = 8
+"""Positions scored together on a CPU: 8 × 49,152 float32 logits (1.5 MiB) stay in cache through every pass."""
+
 
 @dataclass(frozen=True)
 class VerbatimScores:
@@ -83,15 +86,34 @@ def verbatim_scores(
         width = logits.shape[1]
         targets = padded(suffix_ids[rows], width, logits.device)
         valid = torch.arange(width, device=logits.device) < torch.as_tensor(lengths[rows], device=logits.device)[:, None]
-        ranks[rows, :width] = ((tokens_ahead(logits, targets) + 1) * valid).cpu().numpy()
-        for j, step in enumerate(score_policies(policies, logits, targets)):
+        rank, steps, moments = score_positions(policies, logits, targets)
+        ranks[rows, :width] = ((rank + 1) * valid).cpu().numpy()
+        for j, step in enumerate(steps):
             token_log_probs[rows, j, :width] = step.masked_fill(~valid, 0.0).cpu().numpy()
-        for k, values in enumerate(raw_log_prob_moments(logits, targets)):
+        for k, values in enumerate(moments):
             raw[k, rows, :width] = values.masked_fill(~valid, 0.0).cpu().numpy()
         bar.update(rows.stop - rows.start)
     bar.close()
     log_p = token_log_probs.astype(np.float64).sum(axis=2)
     return VerbatimScores(policies, log_p, token_log_probs, ranks, lengths, *raw)
+
+
+def score_positions(
+    policies: Sequence[DecodingPolicy], logits: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """Per position ([..., V], [...]): the target's 0-based rank, its log-probability under each policy and the raw
+    moments (`raw_log_prob_moments`). On a CPU the positions go a few at a time, so that each of the dozen passes over
+    the vocabulary reads from cache instead of memory (half the time at 49,152 tokens). A position's numbers never
+    depend on its batch-mates, and every part holds at least two positions per thread (the parts are ⌊n / rows⌋ near-equal slices), so each one is still reduced by
+    one thread: the values are those of all positions at once, bit for bit."""
+    vocab = logits.shape[-1]
+    flat, flat_targets = logits.reshape(-1, vocab), targets.reshape(-1)
+    rows = len(flat) if logits.device.type != "cpu" else max(CACHED_POSITIONS, 2 * torch.get_num_threads())
+    count = max(1, len(flat) // rows)
+    parts = [[tokens_ahead(part, part_targets), *score_policies(policies, part, part_targets), *raw_log_prob_moments(part, part_targets)]
+             for part, part_targets in zip(flat.tensor_split(count), flat_targets.tensor_split(count))]
+    joined = [torch.cat(column).reshape(targets.shape) for column in zip(*parts)]
+    return joined[0], joined[1:1 + len(policies)], joined[1 + len(policies):]
 
 
 def raw_log_prob_moments(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
