@@ -72,12 +72,13 @@ def _config_number(config: Any, names: Sequence[str], what: str) -> int:
 @dataclass
 class DecodeState:
     """KV cache and bookkeeping of a batch being decoded one token at a time: a plain cache with its attention mask,
-    or a `SharedPrefixCache` (which holds its own masks; `attention_mask` is None)."""
+    or a `SharedPrefixCache` (which holds its own masks; `attention_mask` is None). `logits` are the next-token logits
+    of every row, None between `select_rows` and the `step` that computes them."""
 
     cache: Any
     attention_mask: torch.Tensor | None
     next_position: torch.Tensor
-    logits: torch.Tensor
+    logits: torch.Tensor | None
 
     @property
     def shared(self) -> bool:
@@ -389,14 +390,15 @@ class LanguageModel:
         return torch.cat([first, out.logits], dim=1)
 
     def select_rows(self, state: DecodeState, index: torch.Tensor) -> DecodeState:
-        """Keep (and repeat) the rows `index` of a decoding batch, e.g. beam parents."""
+        """Keep (and repeat) the rows `index` of a decoding batch, e.g. beam parents, for the `step` that appends their
+        children's tokens. Their logits, which that step replaces, are not copied (a [rows, V] gather each beam step)."""
         index = index.to(self.device)
         if state.shared:
             cache = state.cache.select(index)
             cache.compact()
-            return DecodeState(cache, None, state.next_position[index], state.logits[index])
+            return DecodeState(cache, None, state.next_position[index], None)
         state.cache.batch_select_indices(index)
-        return _trim(DecodeState(state.cache, state.attention_mask[index], state.next_position[index], state.logits[index]))
+        return _trim(DecodeState(state.cache, state.attention_mask[index], state.next_position[index], None))
 
     def expand_rows(self, state: DecodeState, index: torch.Tensor) -> DecodeState:
         """Rows `index` (repeats allowed) of a prefilled batch as a new decoding batch; `state` is left
