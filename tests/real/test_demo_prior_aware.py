@@ -23,7 +23,7 @@ def scored(demo_model):
     lm, corpus = demo_model
     planted = make_windows(lm, [Document(f"p{i}", p.text) for i, p in enumerate(corpus.planted) if p.copies == 64]).windows
     generic = make_windows(lm, [Document(f"g{i}", t) for i, t in enumerate(generic_documents(corpus, lm.encode_with_offsets)[:32])]).windows
-    bank = memrisk.PrefixBank.from_documents(lm, [Document(f"h{i}", t) for i, t in enumerate(corpus.heldout)], length=50, size=200, seed=0)
+    bank = memrisk.PrefixBank.from_documents(lm, [Document(f"h{i}", t) for i, t in enumerate(corpus.heldout)], length=50, size=100, seed=0)
     windows = planted + generic
     scores = memrisk.prior_aware(
         lm, [list(w.prefix_ids) for w in windows], [list(w.suffix_ids) for w in windows], bank, trials=5,
