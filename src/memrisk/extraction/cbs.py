@@ -310,7 +310,7 @@ class _BeamSearch:
         target = target_now.squeeze(1)
         missing = rows.anchor & ~(tokens == target_now).any(-1)
         extra = values.new_full((len(target),), float("-inf"))
-        if bool(missing.any()):  # scored on those rows only: a second top-k over every row's vocabulary would cost a step's 1-2%
+        if bool(missing.any()):  # those rows only: a second top-k over every row's vocabulary costs 1-2% of a step
             extra[missing] = self.policy.score(logits[missing], target[missing]).to(values.dtype)
         return torch.cat([values, extra.unsqueeze(1)], dim=1), torch.cat([tokens, target.unsqueeze(1)], dim=1)
 

@@ -104,14 +104,16 @@ def score_positions(
     """Per position ([..., V], [...]): the target's 0-based rank, its log-probability under each policy and the raw
     moments (`raw_log_prob_moments`). On a CPU the positions go a few at a time, so that each of the dozen passes over
     the vocabulary reads from cache instead of memory (half the time at 49,152 tokens). A position's numbers never
-    depend on its batch-mates, and every part holds at least two positions per thread (the parts are ⌊n / rows⌋ near-equal slices), so each one is still reduced by
-    one thread: the values are those of all positions at once, bit for bit."""
+    depend on its batch-mates, and every part (⌊n / rows⌋ near-equal slices) holds at least two positions per thread,
+    so each position is still reduced by one thread: the values are those of all positions at once, bit for bit."""
     vocab = logits.shape[-1]
     flat, flat_targets = logits.reshape(-1, vocab), targets.reshape(-1)
     rows = len(flat) if logits.device.type != "cpu" else max(CACHED_POSITIONS, 2 * torch.get_num_threads())
     count = max(1, len(flat) // rows)
-    parts = [[tokens_ahead(part, part_targets), *score_policies(policies, part, part_targets), *raw_log_prob_moments(part, part_targets)]
-             for part, part_targets in zip(flat.tensor_split(count), flat_targets.tensor_split(count))]
+    parts = [
+        [tokens_ahead(part, part_targets), *score_policies(policies, part, part_targets), *raw_log_prob_moments(part, part_targets)]
+        for part, part_targets in zip(flat.tensor_split(count), flat_targets.tensor_split(count))
+    ]
     joined = [torch.cat(column).reshape(targets.shape) for column in zip(*parts)]
     return joined[0], joined[1:1 + len(policies)], joined[1 + len(policies):]
 
