@@ -7,8 +7,8 @@ forward pass, transformers' `generate(num_beams=B)`, and Python's difflib. The m
 windows are 50 + 50 tokens of standard-library docstrings. For CBS and Monte Carlo each window's prefix is a 25-token
 passage written twice and its suffix the same passage twice more, so the model continues the repetition and the search
 keeps full beams within ε = 5 (rows = windows × B, the printed rows per step); text the model cannot continue prunes
-the beams to a few rows, and a decode step of few rows is bound by reading the weights, not by arithmetic. FLOPs are 2 × parameters per token evaluation
-(CBS paper App. C.3). Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
+the beams to a few rows, and a decode step of few rows is bound by reading the weights, not by arithmetic. FLOPs are
+2 × parameters per token evaluation (CBS paper App. C.3). Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
 per figure) plus the weights, next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
 budgets for them (`memory.sequence_bytes`). Goals (issue 21) are printed beside each figure.
 """

@@ -338,10 +338,11 @@ def test_local_run_killed_at_random_moments_loses_nothing(tmp_path, launcher, ex
 def test_ray_driver_killed_at_random_moments_loses_nothing(tmp_path, launcher, experiment, ray_cluster) -> None:
     """The driver of `memrisk run --ray` killed at its own writes and after random delays; its
     workers die with it and fresh ones take over at the next run. Ray workers score with one
-    thread and a local run with the machine's (two on two cores), so numbers agree to the float32
-    reordering bound rather than bitwise. Every run starts a Ray worker that imports torch and loads the model (6-10 s on
-    two cores), so most kills are after random delays within the runs seen so far, which land
-    in the worker start, the scoring and the commits alike."""
+    thread and a local run with OMP_NUM_THREADS (one under the pytest-xdist workers, the machine's
+    cores when run alone), so numbers agree to the float32 reordering bound rather than bitwise.
+    Every run starts a Ray worker that imports torch and loads the model (6-10 s on two cores), so
+    most kills are after random delays within the runs seen so far, which land in the worker
+    start, the scoring and the commits alike."""
     rng = random.Random(f"{SEED}/ray")
     out = tmp_path / "killed"
     args = ["run", str(experiment.path), "--out", str(out), "--ray", ray_cluster]
