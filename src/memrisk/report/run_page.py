@@ -17,7 +17,7 @@ from memrisk import layout, rules
 from memrisk.config import ExperimentConfig, parse_config
 from memrisk.methods import configured
 from memrisk.errors import MemriskError
-from memrisk.models.backend import load_model
+from memrisk.models.backend import load_tokenizer, token_text_reader
 from memrisk.report import charts, explorer, metrics
 from memrisk.report.explorer import Pieces
 from memrisk.report.corpus_counts_page import corpus_counts_section
@@ -493,10 +493,10 @@ def token_pieces(run: Run) -> tuple[Pieces | None, str | None]:
 def _tokenizer_pieces(name: str, revision: str | None, gguf_file: str | None) -> tuple[Pieces | None, str | None]:
     """`token_pieces` by model, read once per process: a study's cells usually share one tokenizer."""
     try:
-        lm = load_model(name, revision=revision, gguf_file=gguf_file, weights=False, local_only=True)
+        tokenizer = load_tokenizer(name, revision=revision, gguf_file=gguf_file, local_only=True)
     except MemriskError as exc:
         return None, str(exc)
-    return lm.token_text, None
+    return token_text_reader(tokenizer), None
 
 
 def explorer_section(run: Run, key: int, hidden: bool = False) -> Html:

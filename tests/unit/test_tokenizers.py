@@ -1,0 +1,39 @@
+"""Tokenizers read once per process (`load_tokenizer`, `load_model`), again once their files change, and each token's
+text as it reads inside a sequence."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from memrisk.errors import MemriskError
+from memrisk.models.backend import load_model, load_tokenizer, token_text_reader
+from tests.conftest import WORDS, word_tokenizer
+
+
+def test_a_folders_tokenizer_is_read_once_until_its_files_change(tmp_path, word_model) -> None:
+    word_model.model.save_pretrained(tmp_path)
+    word_model.tokenizer.save_pretrained(tmp_path)
+    first = load_tokenizer(str(tmp_path))
+    assert load_tokenizer(str(tmp_path)) is first
+    assert load_model(str(tmp_path)).tokenizer is first
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys([*WORDS, "zebra"]))}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(tmp_path)
+    again = load_tokenizer(str(tmp_path))
+    assert again is not first
+    assert again("zebra", add_special_tokens=False)["input_ids"] == [len(vocab) - 1]
+
+
+def test_a_folder_without_a_tokenizer_is_one_error(tmp_path, word_model) -> None:
+    word_model.model.save_pretrained(tmp_path)
+    with pytest.raises(MemriskError, match="the folder has no tokenizer"):
+        load_tokenizer(str(tmp_path))
+
+
+def test_token_text_keeps_the_space_a_word_has_inside_a_sequence() -> None:
+    tokenizer = word_tokenizer()
+    text = token_text_reader(tokenizer)
+    assert [text(i) for i in range(4)] == [" [UNK]", f" {WORDS[0]}", f" {WORDS[1]}", f" {WORDS[2]}"]
