@@ -25,7 +25,7 @@ from memrisk.report.charts import COLOURS
 from memrisk.report.markup import money, pct
 from memrisk.summary import rebuild_summary
 from tests.integration import test_report_html as shared
-from tests.integration.test_report_html import BROWSER_MISSING, SCRIPT, QuietHandler, full_page_png, make_run, records, visible_text
+from tests.integration.test_report_html import BROWSER_MISSING, SCRIPT, QuietHandler, keep_screenshot, make_run, records, visible_text
 
 browser = shared.browser  # the headless-Chromium fixture
 
@@ -246,7 +246,7 @@ def test_cli_report_of_books_and_record_runs_together(books_run, tmp_path, capsy
 
 
 @pytest.mark.skipif(BROWSER_MISSING is not None, reason=BROWSER_MISSING or "")
-def test_books_report_in_headless_chromium(books_run, page: str, browser: Any, tmp_path) -> None:
+def test_books_report_in_headless_chromium(books_run, page: str, browser: Any) -> None:
     from selenium.common.exceptions import NoAlertPresentException
 
     from selenium.webdriver.common.action_chains import ActionChains
@@ -276,7 +276,7 @@ def test_books_report_in_headless_chromium(books_run, page: str, browser: Any, t
         with pytest.raises(NoAlertPresentException):
             _ = browser.switch_to.alert
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
-        (tmp_path / "books-report.png").write_bytes(full_page_png(browser))
+        keep_screenshot(browser, "books-report")
     finally:
         server.shutdown()
         thread.join()

@@ -1,12 +1,11 @@
 """The report's window explorer: its data (rows, verdicts, diffs as opcodes, token pieces) and the page in real headless
 Chromium, opened from disk with the network off: filter, search, open a window and read its diff, follow a shared link.
-Screenshots of each step are written to the test's folder (and to test-artifacts/ with MEMRISK_ARTIFACTS=1)."""
+With MEMRISK_ARTIFACTS=1, a screenshot of each step is written to test-artifacts/."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from memrisk.runner import run_experiment
 from memrisk.store import RecordStore
 from tests.conftest import WORDS
 from tests.integration.test_report_html import (  # noqa: F401  (the browser fixture is used by name)
-    BROWSER_MISSING, IMG, REPO, browser, full_page_png, make_run, records,
+    BROWSER_MISSING, IMG, browser, keep_screenshot, make_run, records,
 )
 
 
@@ -111,16 +110,6 @@ def test_a_real_runs_explorer_diffs_by_token_with_the_runs_tokenizer(tmp_path, m
     assert "Diffs are by token." in renamed, "the tokenizer is read from the folder versions.json says the weights came from"
 
 
-def _shot(driver: Any, folder: Path, name: str, whole_page: bool = True) -> None:
-    """A screenshot of the step: the whole page, or what the window shows. A full-page capture resizes the viewport for a
-    moment, and a chart point clicked after one was not opened here, so the chart steps take what the window shows."""
-    png = full_page_png(driver) if whole_page else driver.get_screenshot_as_png()
-    (folder / f"{name}.png").write_bytes(png)
-    if os.environ.get("MEMRISK_ARTIFACTS"):
-        (REPO / "test-artifacts").mkdir(exist_ok=True)
-        (REPO / "test-artifacts" / f"explorer-{name}.png").write_bytes(png)
-
-
 def _visible_ids(driver: Any) -> list[str]:
     return driver.execute_script(
         "return Array.from(document.querySelectorAll('#explorer-0 .tabulator-row .tabulator-cell[tabulator-field=id]'))"
@@ -148,7 +137,7 @@ def test_the_explorer_filters_opens_a_window_and_follows_a_shared_link_offline(t
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0, "nothing was fetched"
     section = browser.find_element(By.ID, "explorer-0")
     browser.execute_script("arguments[0].scrollIntoView()", section)
-    _shot(browser, tmp_path, "1-opened")
+    keep_screenshot(browser, "explorer-1-opened")
 
     search = section.find_element(By.CSS_SELECTOR, ".explorer-search")
     search.send_keys("numbr")
@@ -156,7 +145,7 @@ def test_the_explorer_filters_opens_a_window_and_follows_a_shared_link_offline(t
     search.clear()
     search.send_keys("number 2")
     assert _wait(lambda: _visible_ids(browser) == [ids[2]])
-    _shot(browser, tmp_path, "2-searched")
+    keep_screenshot(browser, "explorer-2-searched")
     search.send_keys("\b" * len("number 2"))
     assert _wait(lambda: len(_visible_ids(browser)) == len(ids))
 
@@ -165,7 +154,7 @@ def test_the_explorer_filters_opens_a_window_and_follows_a_shared_link_offline(t
     expected = [r["example_id"] for r in records() if r["greedy_levenshtein"] >= 1]
     assert _wait(lambda: _visible_ids(browser) == expected), "a number filter keeps the windows at or above it"
     assert section.find_element(By.CSS_SELECTOR, ".explorer-count").text == f"{len(expected)} of {len(ids)} windows"
-    _shot(browser, tmp_path, "3-filtered")
+    keep_screenshot(browser, "explorer-3-filtered")
     distance.send_keys("\b")
 
     row = _wait(lambda: [r for r in section.find_elements(By.CSS_SELECTOR, ".tabulator-row") if r.text.startswith(ids[2])])
@@ -184,7 +173,7 @@ def test_the_explorer_filters_opens_a_window_and_follows_a_shared_link_offline(t
     assert unquote(link.split("#", 1)[1]) == "window=0:" + ids[2], "the address names the open window"
     strip = [e.get_attribute("title") for e in detail.find_elements(By.CSS_SELECTOR, ".strip .prob")]
     assert strip == [f"token {i}: log10 p = −∞ (p = 0.00)" for i in range(1, 5)], "window 2's target is impossible (p_z = 0)"
-    _shot(browser, tmp_path, "4-window")
+    keep_screenshot(browser, "explorer-4-window")
 
     browser.get("about:blank")
     browser.get(link)
@@ -192,7 +181,7 @@ def test_the_explorer_filters_opens_a_window_and_follows_a_shared_link_offline(t
     assert _wait(lambda: ids[2] in detail.text), "the shared link opens the same window"
     assert browser.execute_script("return document.querySelectorAll('#explorer-0 .tabulator-row.tabulator-selected').length") == 1
     assert IMG in detail.text and "pwned" not in browser.title, "the planted markup in the id is shown as text"
-    _shot(browser, tmp_path, "5-shared-link")
+    keep_screenshot(browser, "explorer-5-shared-link")
     severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == []
 
@@ -215,11 +204,11 @@ def test_a_chart_point_shows_its_window_on_hover_and_opens_it_on_click(tmp_path,
     tooltip = _wait(lambda: [e.text for e in browser.find_elements(By.ID, "vg-tooltip-element") if e.text])
     assert tooltip and any(r["example_id"] in tooltip[0] for r in extracted), "the tooltip names the point's window"
     shown = next(r["example_id"] for r in extracted if r["example_id"] in tooltip[0])
-    _shot(browser, tmp_path, "6-chart-hover", whole_page=False)
+    keep_screenshot(browser, "explorer-6-chart-hover", whole_page=False)
     points[1].click()
     detail = browser.find_element(By.CSS_SELECTOR, "#explorer-0 .window-detail")
     assert _wait(lambda: shown in detail.text), "a click opens the point's window in the explorer"
     assert unquote(browser.current_url.split("#", 1)[1]) == "window=0:" + shown
-    _shot(browser, tmp_path, "7-chart-click", whole_page=False)
+    keep_screenshot(browser, "explorer-7-chart-click", whole_page=False)
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0, "nothing was fetched"
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

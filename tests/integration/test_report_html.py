@@ -429,6 +429,16 @@ def full_page_png(driver: Any) -> bytes:
     return base64.b64decode(shot["data"])
 
 
+def keep_screenshot(driver: Any, name: str, whole_page: bool = True) -> None:
+    """With MEMRISK_ARTIFACTS=1, a screenshot of the page (or of what the window shows) as test-artifacts/NAME.png for a
+    person to look at; otherwise none is taken (a full page costs Chromium up to 4 s, and no assertion reads it)."""
+    if not os.environ.get("MEMRISK_ARTIFACTS"):
+        return
+    png = full_page_png(driver) if whole_page else driver.get_screenshot_as_png()
+    (REPO / "test-artifacts").mkdir(exist_ok=True)
+    (REPO / "test-artifacts" / f"{name}.png").write_bytes(png)
+
+
 @pytest.mark.skipif(BROWSER_MISSING is not None, reason=BROWSER_MISSING or "")
 def test_report_in_headless_chromium(served: str, browser: Any, tmp_path) -> None:
     from selenium.common.exceptions import NoAlertPresentException
@@ -450,12 +460,7 @@ def test_report_in_headless_chromium(served: str, browser: Any, tmp_path) -> Non
     assert browser.title == title
     severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert severe == []
-    shot = full_page_png(browser)
-    assert shot.startswith(b"\x89PNG")
-    (tmp_path / "report.png").write_bytes(shot)
-    if os.environ.get("MEMRISK_ARTIFACTS"):
-        (REPO / "test-artifacts").mkdir(exist_ok=True)
-        (REPO / "test-artifacts" / "report.png").write_bytes(shot)
+    keep_screenshot(browser, "report")
 
 
 def test_the_title_names_the_run_folder_and_model_never_a_cache_path(tmp_path) -> None:

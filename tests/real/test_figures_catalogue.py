@@ -27,7 +27,7 @@ from memrisk.demo.study import DEMO_BASE, study_models
 from memrisk.report.html import write_report
 from memrisk.study import load_study, run_study
 from tests.tiny_demo import MEMORIZING, shrunk_demo
-from tests.integration.test_report_html import BROWSER_MISSING, browser, full_page_png  # noqa: F401  (fixture used by name)
+from tests.integration.test_report_html import BROWSER_MISSING, browser, keep_screenshot  # noqa: F401  (fixture used by name)
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = REPO / "docs" / "figures.md"
@@ -117,7 +117,7 @@ def _wait_until(condition: Any, timeout: float = 30.0) -> bool:
 
 
 @pytest.mark.skipif(BROWSER_MISSING is not None, reason=BROWSER_MISSING or "")
-def test_every_study_page_opens_in_chromium_with_its_figures(regenerated, browser, tmp_path) -> None:
+def test_every_study_page_opens_in_chromium_with_its_figures(regenerated, browser) -> None:
     by_study: dict[str, list[dict[str, str]]] = {}
     for entry in entries():
         by_study.setdefault(entry["study"], []).append(entry)
@@ -133,4 +133,4 @@ def test_every_study_page_opens_in_chromium_with_its_figures(regenerated, browse
             assert any(entry["figure"] in caption for caption in captions), f"{study}: no caption names {entry['figure']}"
         severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert severe == [], f"{study}: {severe}"
-        (tmp_path / f"{Path(study).stem}.png").write_bytes(full_page_png(browser))
+        keep_screenshot(browser, f"study-{Path(study).stem}")
