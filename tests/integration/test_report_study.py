@@ -15,8 +15,8 @@ import pytest
 
 from memrisk.cli import main
 from memrisk.store import RecordStore
-from tests.integration.test_report_explorer import _shot, _wait
-from tests.integration.test_report_html import BROWSER_MISSING, browser  # noqa: F401  (the fixture is used by name)
+from tests.integration.test_report_explorer import _wait
+from tests.integration.test_report_html import BROWSER_MISSING, browser, keep_screenshot  # noqa: F401  (the fixture is used by name)
 from tests.integration.test_study import GRID, write_study
 
 CELLS = ["beam_width=1_epsilon=0", "beam_width=1_epsilon=1", "beam_width=2_epsilon=0", "beam_width=2_epsilon=1"]
@@ -56,14 +56,14 @@ def test_the_study_page_draws_every_chart_and_opens_each_cells_windows_offline(t
     assert _wait(lambda: browser.execute_script(
         "return Array.from(document.querySelectorAll('div.chart')).filter(c => c.dataset.ready === 'true').length") == charts, 20)
     assert _visible(browser) == ["explorer-0"] and _wait(lambda: _rows(browser, 0) == ids[CELLS[0]])
-    _shot(browser, tmp_path, "study-1-opened", whole_page=False)  # a full-page capture would resize the viewport before the hover
+    keep_screenshot(browser, "study-1-opened", whole_page=False)  # a full-page capture would resize the viewport before the hover
 
     picker = Select(browser.find_element(By.CSS_SELECTOR, "select.explorer-picker"))
     assert [o.text for o in picker.options] == CELLS
     picker.select_by_index(2)
     assert _wait(lambda: _visible(browser) == ["explorer-2"]) and _wait(lambda: _rows(browser, 2) == ids[CELLS[2]]), \
         "picking a cell shows its explorer, its table laid out"
-    _shot(browser, tmp_path, "study-2-picked", whole_page=False)
+    keep_screenshot(browser, "study-2-picked", whole_page=False)
 
     chart = browser.find_element(By.ID, "chart-study-cbs.beam_width-story.cbs_rate")
     browser.execute_script("arguments[0].scrollIntoView()", chart)
@@ -71,7 +71,7 @@ def test_the_study_page_draws_every_chart_and_opens_each_cells_windows_offline(t
     ActionChains(browser).move_to_element(point).perform()
     tooltip = _wait(lambda: [e.text for e in browser.find_elements(By.ID, "vg-tooltip-element") if e.text])
     assert tooltip and any(cell in tooltip[0] for cell in CELLS), "the tooltip names the point's cell"
-    _shot(browser, tmp_path, "study-3-hover", whole_page=False)
+    keep_screenshot(browser, "study-3-hover", whole_page=False)
 
     window = ids[CELLS[3]][1]
     browser.get("about:blank")
@@ -80,6 +80,6 @@ def test_the_study_page_draws_every_chart_and_opens_each_cells_windows_offline(t
     assert _wait(lambda: window in detail.text), "the shared link opens the window in its cell's explorer"
     assert _visible(browser) == ["explorer-3"]
     assert Select(browser.find_element(By.CSS_SELECTOR, "select.explorer-picker")).first_selected_option.text == CELLS[3]
-    _shot(browser, tmp_path, "study-4-shared-link")
+    keep_screenshot(browser, "study-4-shared-link")
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0, "nothing was fetched"
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
