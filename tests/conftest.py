@@ -157,7 +157,8 @@ def free_port() -> int:
 def ray_cluster() -> str:
     """A Ray head with 2 CPUs (room for 2 one-CPU workers), started once per session and stopped afterwards. Ray's
     single-machine mode makes every Ray process, the driver's included, listen on 127.0.0.1 only (so it needs no
-    token, whatever token an earlier cluster left in ~/.ray)."""
+    token, whatever token an earlier cluster left in ~/.ray). `ray stop` takes about 6 s, mostly waiting for the
+    killed processes, so the session does not wait for it: it ends while the stop finishes on its own."""
     port = free_port()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -171,4 +172,4 @@ def ray_cluster() -> str:
         try:
             yield f"127.0.0.1:{port}"
         finally:
-            subprocess.run([RAY, "stop", "--force"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.Popen([RAY, "stop", "--force"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
