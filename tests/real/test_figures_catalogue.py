@@ -7,8 +7,9 @@ windows.limit=1` does: every cell, method and figure, on the first window of eac
 recorded logs in full; the demo's studies (`base: demo`) run on the demo shrunk (tests/tiny_demo.py: its corpus over a
 20-word vocabulary, two tiny sizes trained until the larger one reproduces the passages planted 64 times), whose
 training takes seconds where the real sizes take minutes; a prior-aware experiment study's bank holds 5 prefixes per
-trial instead of 25; the counterfactual study (`base: pa-counterfactual`) trains its 13 models of one seed on 2 targets
-for a few steps each, with a bank of 2 × 10 prefixes. `python docs/make_figures.py` runs them all in full."""
+trial instead of 25; an experiment study's Monte Carlo draws 4 and 16 samples instead of up to 500; the counterfactual
+study (`base: pa-counterfactual`) trains its 13 models of one seed on 2 targets for a few steps each, with a bank of
+2 × 10 prefixes. `python docs/make_figures.py` runs them all in full."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ COUNTERFACTUAL_QUICK = {"seeds": 1, "targets": 2, "documents": 150, "steps": 20}
 PRIOR_AWARE_QUICK = 5
 """Bank prefixes per trial of an experiment study's prior-aware method (calibration and priors cost a model pass per
 bank prefix and sequence; the study's 25 make its prior-aware cells take most of the catalogue's time)."""
+MONTE_CARLO_QUICK = [4, 16]
+"""Nested sample budgets of an experiment study's Monte Carlo method (smollm2-beam-width's 100 samples of 3 windows
+took 12 s of the catalogue on one thread; two budgets still draw every convergence curve)."""
 ROW = re.compile(
     r"^\| (?P<figure>[^|]+?) \| `(?P<study>studies/[^`]+\.yaml)` \| `memrisk study (?P=study)` \| "
     r"!?\[[^\]]*\]\(figures/(?P<slug>[A-Za-z0-9.-]+)\.(?P<kind>png|csv)\) \|"
@@ -81,6 +85,8 @@ def regenerate(study: str, folder: Path, smollm2: Any, batch_size: int) -> None:
         quick["prior_aware.prefixes_per_trial"] = 10
     elif isinstance(base, dict) and "prior_aware" in base.get("methods", []):
         quick["prior_aware.prefixes_per_trial"] = PRIOR_AWARE_QUICK
+    if isinstance(base, dict) and "mc" in base.get("methods", []):
+        quick["mc.samples"] = MONTE_CARLO_QUICK
     models = study_models(source, progress=False)
 
     def load(config: Any) -> Any:
