@@ -48,7 +48,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test under tests/real is marked `real_model`; tests sharing a model, the demo or Ray run on one worker."""
+    """Every test under tests/real is marked `real_model`; tests sharing a model, the demo or Ray run on one worker.
+    Modules with a `slow` test come first: pytest-xdist hands out ungrouped tests in this order, and a minute-long test
+    handed out last (test_compile.py's, with torch.compile's cache empty) keeps one worker busy after the other is done."""
     for item in items:
         path = Path(item.path)
         if REAL in path.parents:
@@ -56,6 +58,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = SHARED_MODULES.get(path.name) or next((g for f, g in SHARED.items() if f in item.fixturenames), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_modules)
 
 
 def tiny_gpt2(vocab_size: int = 8, seed: int = 0, n_positions: int = 64, layers: int = 2) -> GPT2LMHeadModel:

@@ -111,6 +111,7 @@ def test_resume_after_crash_has_no_lost_or_duplicated_records(tmp_path, model_di
     assert not (tmp_path / "resumed" / "records" / "part-00009.parquet").exists()
 
 
+@pytest.mark.slow
 def test_killed_process_resumes_with_the_same_command(tmp_path, model_dir) -> None:
     path = write_config(tmp_path, model_dir, shard_size=1)
     command = [sys.executable, "-m", "memrisk.cli", "run", str(path), "--out", str(tmp_path / "out")]

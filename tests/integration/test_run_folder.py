@@ -70,6 +70,7 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, model_dir, capl
     assert not (out / LOCK).exists() and (out / "summary.json").is_file()
 
 
+@pytest.mark.slow
 def test_two_runs_on_one_folder_one_is_refused_and_the_records_stay_whole(tmp_path, model_dir) -> None:
     """The second run starts, with another shard size, while the first has committed its first chunk and waits to score
     the next (held until the second has been refused)."""
