@@ -204,7 +204,7 @@ def test_a_chart_point_shows_its_window_on_hover_and_opens_it_on_click(tmp_path,
     tooltip = _wait(lambda: [e.text for e in browser.find_elements(By.ID, "vg-tooltip-element") if e.text])
     assert tooltip and any(r["example_id"] in tooltip[0] for r in extracted), "the tooltip names the point's window"
     shown = next(r["example_id"] for r in extracted if r["example_id"] in tooltip[0])
-    keep_screenshot(browser, "explorer-6-chart-hover", whole_page=False)
+    keep_screenshot(browser, "explorer-6-chart-hover", whole_page=False)  # a full-page capture would resize the viewport before the click
     points[1].click()
     detail = browser.find_element(By.CSS_SELECTOR, "#explorer-0 .window-detail")
     assert _wait(lambda: shown in detail.text), "a click opens the point's window in the explorer"

@@ -214,7 +214,7 @@ class LanguageModel:
         return _decode(self.tokenizer, ids)
 
     def token_text(self, token: int) -> str:
-        """One token's text as it reads inside a sequence (see `token_text_reader`); a token id without a tokenizer."""
+        """One token's text as it reads inside a sequence (see `token_text_reader`); without a tokenizer, its id."""
         return self._token_text(token)
 
     @functools.cached_property
@@ -626,8 +626,8 @@ def _read_tokenizer(source: str | Path, revision: str | None, gguf_file: str | N
     from transformers import AutoTokenizer
 
     folder = Path(source)
-    files = tuple(sorted((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in folder.iterdir() if f.is_file())) if folder.is_dir() else ()
-    key = (str(source), revision, gguf_file, files)
+    files = sorted((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in folder.iterdir() if f.is_file()) if folder.is_dir() else []
+    key = (str(source), revision, gguf_file, tuple(files))
     if key not in _TOKENIZERS:
         options: dict[str, Any] = {"revision": revision} | ({"gguf_file": gguf_file} if gguf_file else {})
         _TOKENIZERS[key] = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **options)
