@@ -3,7 +3,6 @@ near-verbatim tables, figures, top sequences and prior-aware memorization."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -489,9 +488,8 @@ def token_pieces(run: Run) -> tuple[Pieces | None, str | None]:
     return pieces, problem
 
 
-@functools.cache
 def _tokenizer_pieces(name: str, revision: str | None, gguf_file: str | None) -> tuple[Pieces | None, str | None]:
-    """`token_pieces` by model, read once per process: a study's cells usually share one tokenizer."""
+    """`token_pieces` by model (`load_tokenizer` reads each tokenizer once per process: a study's cells usually share one)."""
     try:
         tokenizer = load_tokenizer(name, revision=revision, gguf_file=gguf_file, local_only=True)
     except MemriskError as exc:
