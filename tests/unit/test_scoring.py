@@ -140,6 +140,7 @@ def test_positions_scored_a_few_at_a_time_equal_all_at_once_bit_for_bit(monkeypa
     kept = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        monkeypatch.setattr(probabilistic, "CACHED_POSITIONS", logits.shape[0] * logits.shape[1])  # one part: all at once
         whole = probabilistic.score_positions(POLICIES, logits, targets)
         monkeypatch.setattr(probabilistic, "CACHED_POSITIONS", 4)
         parts = probabilistic.score_positions(POLICIES, logits, targets)
