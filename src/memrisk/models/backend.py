@@ -113,8 +113,8 @@ class LanguageModel:
     def compile(self) -> None:
         """Run forwards through `torch.compile(dynamic=True)` (new lengths do not recompile).
 
-        Writes into memrisk's spare-column KV cache stay outside the compiled graphs (they
-        rebind tensor storage in place). The wrapped model itself is not changed.
+        Writes into memrisk's KV caches and the shared-prefix attention stay outside the compiled
+        graphs (they index by lengths that change every step). The wrapped model itself is not changed.
         """
         if self._compiled is None:
             self._compiled = torch.compile(self.model, dynamic=True)
