@@ -39,6 +39,48 @@ def render(spec: dict[str, Any]) -> tuple[bytes, bytes]:
     return vl_convert.svg_to_png(svg, scale=2), svg.encode("utf-8")
 
 
+def panel_grid(lines: list[list[alt.TopLevelMixin]], **top: Any) -> dict[str, Any]:
+    """Panels in lines (each line side by side, the lines stacked) as one Vega-Lite spec with `top`'s properties. Each
+    panel is converted on its own and the grid joined as dicts: Altair's `vconcat` of `hconcat`s compares every panel's
+    parameters with every other's, 3.2 s of the 4.9 s CBS Fig. 22's 54 panels took. As Altair does, a parameter that
+    several panels define alike (the same name) becomes one, bound to all of their views; views are renamed by panel."""
+    params: dict[str, dict[str, Any]] = {}
+    rows = []
+    for i, line in enumerate(lines):
+        row = []
+        for j, chart in enumerate(line):
+            panel = chart.to_dict(validate=False)
+            top.setdefault("config", panel.pop("config", None))
+            panel.pop("$schema", None)
+            names = _rename_views(panel, f"view_{i}_{j}_")
+            for param in panel.pop("params", []):
+                param["views"] = [names[v] for v in param.get("views", [])]
+                if param["name"] in params:
+                    params[param["name"]]["views"] += param["views"]
+                else:
+                    params[param["name"]] = param
+            row.append(panel)
+        rows.append({"hconcat": row})
+    spec = {"$schema": alt.SCHEMA_URL, "vconcat": rows, "params": list(params.values()), **top}
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def _rename_views(spec: dict[str, Any], prefix: str) -> dict[str, str]:
+    """Rename the named views of `spec` (its unit specs, in layers at any depth) `prefix`0, 1, …; the old names' map."""
+    names: dict[str, str] = {}
+
+    def visit(node: dict[str, Any]) -> None:
+        if "name" in node:
+            renamed = f"{prefix}{len(names)}"
+            names[node["name"]] = renamed
+            node["name"] = renamed
+        for child in node.get("layer", []):
+            visit(child)
+
+    visit(spec)
+    return names
+
+
 def _floor(values: np.ndarray, log_tau: float) -> float:
     """One decade below the smallest finite value (and τ_min): where zeros are drawn."""
     finite = values[np.isfinite(values)]

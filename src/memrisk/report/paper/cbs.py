@@ -18,7 +18,7 @@ import numpy as np
 from memrisk import rules
 from memrisk.methods.cbs import DISTANCES
 from memrisk.methods.monte_carlo import MAX_ROWS, estimates
-from memrisk.report.charts import book_heatmap_chart, verdict_scatter_chart
+from memrisk.report.charts import book_heatmap_chart, panel_grid, verdict_scatter_chart
 from memrisk.report.metrics import BookHeatmap, coverage_max_owner, token_evals
 from memrisk.report.paper.base import PaperFigure, Rows, Spec, legend_toggle
 from memrisk.report.study_data import StudyCell, StudyData
@@ -531,10 +531,10 @@ def scatter_grid_figure(rows: Rows) -> Spec:
             extracted = sum(r["verdict"] != rules.NOT_EXTRACTED for r in shown)
             panels.append(panel.properties(width=250, height=220, title=[
                 f"{first['label']}, {dataset}: {first['distance']} ε = {epsilon}", f"{extracted} of {len(shown)} windows extracted"]))
-        lines.append(alt.hconcat(*panels))
-    return _spec(alt.vconcat(*lines).resolve_scale(color="shared").properties(title=alt.TitleParams(
-        "LB_ε against p_z as ε grows: windows unlocked by near-verbatim extraction",
-        subtitle="p_z = 0 and LB_ε = 0 are drawn on the dashed lines a decade below the smallest value; y = x dashed")))
+        lines.append(panels)
+    return panel_grid(lines, padding=PADDING, resolve={"scale": {"color": "shared"}}, title={
+        "text": "LB_ε against p_z as ε grows: windows unlocked by near-verbatim extraction",
+        "subtitle": "p_z = 0 and LB_ε = 0 are drawn on the dashed lines a decade below the smallest value; y = x dashed"})
 
 
 def _pruning_applies(study: StudyData) -> bool:
