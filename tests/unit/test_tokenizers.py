@@ -37,3 +37,16 @@ def test_token_text_keeps_the_space_a_word_has_inside_a_sequence() -> None:
     tokenizer = word_tokenizer()
     text = token_text_reader(tokenizer)
     assert [text(i) for i in range(4)] == [" [UNK]", f" {WORDS[0]}", f" {WORDS[1]}", f" {WORDS[2]}"]
+
+
+def test_a_gguf_files_conversion_is_named_by_its_size_and_time(tmp_path, monkeypatch) -> None:
+    from memrisk.models import gguf
+
+    monkeypatch.setenv("MEMRISK_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" + bytes(8))
+    first = gguf.converted_folder(tmp_path, model.name)
+    assert first.parent == tmp_path / "cache" / "gguf" and first.name.startswith("model-")
+    assert gguf.converted_folder(tmp_path, model.name) == first
+    model.write_bytes(b"GGUF" + bytes(9))
+    assert gguf.converted_folder(tmp_path, model.name) != first

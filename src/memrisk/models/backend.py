@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from memrisk.errors import MemriskError, first_line
-from memrisk.models import kvcache, shared_prefix
+from memrisk.models import gguf, kvcache, shared_prefix
 from memrisk.models.shared_prefix import SharedPrefixCache
 
 SMOLLM2_ALIAS = "smollm2"
@@ -552,18 +552,19 @@ def load_model(
     if device_map is not None and device not in (None, "auto"):
         raise MemriskError(f"pass device or device_map, not both (got device={device!r}, device_map={device_map!r})")
     name = str(model)
-    source, gguf_file = _model_source(name, gguf_file, needs_tokenizer=tokenizer is None)
+    original, gguf_file = _model_source(name, gguf_file, needs_tokenizer=tokenizer is None)
     target = resolve_device(device)
     options: dict[str, Any] = {"revision": revision, "dtype": _resolve_dtype(dtype, target)}
     if local_only:
         options["local_files_only"] = True
-    if gguf_file:
-        options["gguf_file"] = gguf_file
     if attention not in (None, "auto"):
         if attention not in ATTENTION_KERNELS:
             raise MemriskError(f"attention must be one of auto, {', '.join(ATTENTION_KERNELS)}; got {attention!r}")
         options["attn_implementation"] = attention
     try:
+        source, gguf_file = _gguf_converted(original, gguf_file, convert=weights)
+        if gguf_file:
+            options["gguf_file"] = gguf_file
         if not weights:
             shape = AutoConfig.from_pretrained(source, **{k: v for k, v in options.items() if k in ("revision", "gguf_file", "local_files_only")})
             with torch.device("meta"):
@@ -576,6 +577,7 @@ def load_model(
             tokenizer = _read_tokenizer(source, revision, gguf_file, local_only)
     except Exception as exc:
         raise MemriskError(f"could not load model {name!r}: {first_line(exc)}") from exc
+    loaded.config._name_or_path = str(original)
     lm = LanguageModel(loaded, tokenizer, batch_size=batch_size, name=name, revision=revision)
     if compile and weights:
         lm.compile()
@@ -586,7 +588,7 @@ def load_tokenizer(model: str | Path, *, revision: str | None = None, gguf_file:
     """A model's tokenizer alone (hub id, folder or 'smollm2'), without its config or weights: what a report needs to
     show token pieces. Shared with `load_model`'s within the process."""
     name = str(model)
-    source, gguf_file = _model_source(name, gguf_file, needs_tokenizer=True)
+    source, gguf_file = _gguf_converted(*_model_source(name, gguf_file, needs_tokenizer=True), convert=False)
     try:
         return _read_tokenizer(source, revision, gguf_file, local_only)
     except Exception as exc:
@@ -614,6 +616,17 @@ def _model_source(name: str, gguf_file: str | None, needs_tokenizer: bool) -> tu
     if problem := _local_model_problem(name, gguf_file, needs_tokenizer=needs_tokenizer):
         raise MemriskError(f"could not load model {name!r}: {problem}")
     return name, gguf_file
+
+
+def _gguf_converted(source: str | Path, gguf_file: str | None, convert: bool) -> tuple[str | Path, str | None]:
+    """A local GGUF model's converted folder (no GGUF file left to read), made first when `convert`; else as given
+    (`gguf.py`: a GGUF load parses the file three times)."""
+    if not gguf_file or not Path(source).is_dir():
+        return source, gguf_file
+    if convert:
+        return gguf.convert(Path(source), gguf_file), None
+    folder = gguf.converted_folder(Path(source), gguf_file)
+    return (folder, None) if folder.is_dir() else (source, gguf_file)
 
 
 _TOKENIZERS: dict[tuple[Any, ...], Any] = {}

@@ -1,0 +1,46 @@
+"""A local GGUF file converted once into a float32 safetensors folder in memrisk's cache.
+
+transformers reads a GGUF file three times to load it (config, tokenizer, weights), and each read parses every
+metadata field: SmolLM2-135M took 14 s to load on one CPU thread, against under 2 s from the converted folder. The
+folder holds what the GGUF load gives, saved with `save_pretrained`: the dequantized weights, the config and the
+tokenizer, so every later load computes the same numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from memrisk.cache import cache_root, save_atomically
+
+
+def converted_folder(folder: Path, gguf_file: str) -> Path:
+    """Where the conversion of `folder`/`gguf_file` is kept: named by the file, its size and time and the transformers
+    version that dequantizes it, so a changed file or a new converter makes a new folder."""
+    import transformers
+
+    path = (folder / gguf_file).resolve()
+    stat = path.stat()
+    key = json.dumps([str(path), stat.st_size, stat.st_mtime_ns, transformers.__version__])
+    return cache_root() / "gguf" / f"{path.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def convert(folder: Path, gguf_file: str) -> Path:
+    """The converted folder of `folder`/`gguf_file`, written on first use (atomically: a killed conversion leaves none)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = converted_folder(folder, gguf_file)
+    if not target.is_dir():
+        def save(staging: Path) -> None:
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
+            model.hf_quantizer = None  # dequantized on load: what is saved is plain float32
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            model.save_pretrained(staging)
+            AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file).save_pretrained(staging)
+
+        save_atomically(target, save)
+    return target
