@@ -107,7 +107,10 @@ class LanguageModel:
         self.name = name or getattr(model.config, "name_or_path", None) or type(model).__name__
         self.revision = revision
         self.bos_token_id = bos_token_id if bos_token_id is not None else _added_bos(tokenizer)
-        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        parameters = inspect.signature(model.forward).parameters
+        self._keeps_logits = "logits_to_keep" in parameters
+        # the forward's KV-cache argument and output field: `cache` since transformers 5.24 deprecated `past_key_values`
+        self._cache_name = "cache" if "cache" in parameters else "past_key_values"
         self._compiled: Any = None
 
     def compile(self) -> None:
@@ -328,15 +331,15 @@ class LanguageModel:
         ids, mask = self._input_batch(prefixes)
         out = self._forward(ids, mask, keep=1, use_cache=True)
         if shared and self.shares_prefixes:
-            return DecodeState(SharedPrefixCache.from_prefill(out.past_key_values, mask), None, mask.sum(-1), out.logits[:, -1])
-        return DecodeState(kvcache.adopt(out.past_key_values), mask, mask.sum(-1), out.logits[:, -1])
+            return DecodeState(SharedPrefixCache.from_prefill(out[self._cache_name], mask), None, mask.sum(-1), out.logits[:, -1])
+        return DecodeState(kvcache.adopt(out[self._cache_name]), mask, mask.sum(-1), out.logits[:, -1])
 
     def _call_shared(self, cache: SharedPrefixCache, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """A forward of `ids` [rows, q] continuing a shared-prefix cache; returns the logits [rows, q, V]."""
         with shared_prefix.attention(self.model):
             out = self._call(
                 input_ids=ids.to(self.device), attention_mask=_PREPARED_MASK, position_ids=positions,
-                past_key_values=cache, use_cache=True, **{shared_prefix.CACHE_ARGUMENT: cache},
+                use_cache=True, **{self._cache_name: cache, shared_prefix.CACHE_ARGUMENT: cache},
             )
         return out.logits
 
@@ -351,10 +354,10 @@ class LanguageModel:
             input_ids=tokens.view(-1, 1).to(self.device),
             attention_mask=mask,
             position_ids=state.next_position.view(-1, 1),
-            past_key_values=state.cache,
             use_cache=True,
+            **{self._cache_name: state.cache},
         )
-        return DecodeState(out.past_key_values, mask, state.next_position + 1, out.logits[:, -1])
+        return DecodeState(out[self._cache_name], mask, state.next_position + 1, out.logits[:, -1])
 
 
     @torch.inference_mode()
@@ -382,7 +385,7 @@ class LanguageModel:
         positions = state.next_position.repeat(tiles).unsqueeze(1) + torch.arange(length - 1, device=self.device)
         out = self._call(
             input_ids=suffixes[:, :-1].to(self.device), attention_mask=mask, position_ids=positions,
-            past_key_values=cache, use_cache=True,
+            use_cache=True, **{self._cache_name: cache},
         )
         return torch.cat([first, out.logits], dim=1)
 
