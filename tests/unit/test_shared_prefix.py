@@ -85,3 +85,31 @@ def test_models_with_windowed_or_capped_attention_keep_the_plain_cache() -> None
     windowed.config.sliding_window = 4
     assert not shared_prefix.supports(windowed)
     assert not memrisk.load_model(windowed).prefill(PREFIXES, shared=True).shared
+
+
+def reorder_decode(lm: memrisk.LanguageModel, in_place: bool) -> list[torch.Tensor]:
+    """Logits along beam reorders that keep the row count: in place (each parent's first child keeps its slot, the others'
+    columns move) or into a freshly gathered cache, compacted the same way."""
+    generator = torch.Generator().manual_seed(3)
+    state = lm.expand_rows(lm.prefill(PREFIXES, shared=True), torch.tensor([0, 0, 1, 2, 2, 2, 1]))
+    seen = []
+    for index in ([6, 5, 5, 0, 3, 1, 1], [2, 2, 2, 6, 4, 4, 0], [1, 3, 5, 0, 2, 4, 6]):
+        state = lm.step(state, torch.randint(0, VOCAB, (7,), generator=generator))
+        seen.append(state.logits)
+        if in_place:
+            state = lm.select_rows(state, torch.tensor(index))
+            assert not torch.equal(state.cache.place, torch.arange(7))
+        else:
+            state = lm.expand_rows(state, torch.tensor(index))
+            state.cache.compact()
+    seen.append(lm.step(state, torch.randint(0, VOCAB, (7,), generator=generator)).logits)
+    return seen
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_reordering_in_place_gives_the_gathered_caches_logits_bit_for_bit(name: str) -> None:
+    """Both compute every row from the same columns in the same order (only the slot a row's columns sit in differs), so
+    the logits are equal bit for bit at any thread count."""
+    lm = memrisk.load_model(MODELS[name]())
+    for moved, gathered in zip(reorder_decode(lm, True), reorder_decode(lm, False), strict=True):
+        assert torch.equal(moved, gathered)

@@ -6,7 +6,9 @@ cache holds the prefix once per row, so every beam step copies it (the beam reor
 attention reads it once per row. Here the prefix keys and values are kept once per prefix, each row
 keeps only the columns it generated, and attention is computed in two parts whose softmax is joined
 exactly: the queries of all rows of one prefix against its keys in one matrix product, and each row's
-queries against its own columns. The reorder then gathers only the generated columns.
+queries against its own columns. A beam reorder moves only the generated columns of rows whose parent's place another
+child keeps: a row's columns live in a physical slot of the buffers, and the first child of each parent takes over its
+parent's slot in place.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class SharedPrefixLayer:
         return self.value_buffer[..., : self.length, :]
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write new columns behind the generated ones (growing the buffers when the spare runs out)."""
+        """Write new columns (already in slot order) behind the generated ones, growing the buffers when the spare runs out."""
         added = keys.shape[-2]
         if self.length + added > self.key_buffer.shape[-2]:
             self.key_buffer = kvcache.with_spare(self.keys, added + SPARE_COLUMNS)
@@ -55,14 +57,23 @@ class SharedPrefixLayer:
         self.length += added
         return self.keys, self.values
 
+    def move(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """Copy the generated columns of slots `source` into slots `target` (disjoint from `source`)."""
+        self.key_buffer[target, :, : self.length] = self.key_buffer[source, :, : self.length]
+        self.value_buffer[target, :, : self.length] = self.value_buffer[source, :, : self.length]
+
 
 class SharedPrefixCache:
     """KV cache of rows continuing shared prefixes: `owner[r]` is the prefix row r continues, `prefix_mask` the
-    prefixes' real (unpadded) columns, and row r's generated columns start at `generated_from[r]`."""
+    prefixes' real (unpadded) columns, row r's generated columns start at `generated_from[r]` and sit in slot
+    `place[r]` of every layer's buffers (a permutation of the rows, so a reorder moves few of them)."""
 
-    def __init__(self, layers: list[SharedPrefixLayer], prefix_mask: torch.Tensor, owner: torch.Tensor, generated_from: torch.Tensor) -> None:
+    def __init__(
+        self, layers: list[SharedPrefixLayer], prefix_mask: torch.Tensor, owner: torch.Tensor, generated_from: torch.Tensor,
+        place: torch.Tensor | None = None,
+    ) -> None:
         self.layers, self.prefix_mask, self.owner, self.generated_from = layers, prefix_mask, owner, generated_from
-        self._slots: tuple[torch.Tensor, int] | None = None
+        self._place(place)
 
     @classmethod
     def from_prefill(cls, cache: Any, attention_mask: torch.Tensor) -> SharedPrefixCache:
@@ -86,33 +97,75 @@ class SharedPrefixCache:
         """Generated columns held (the same for every layer between forwards)."""
         return self.layers[0].length
 
-    def slots(self) -> tuple[torch.Tensor, int]:
-        """Each row's place among the rows of its prefix, and the most rows any prefix has."""
-        if self._slots is None:
-            order = torch.sort(self.owner, stable=True).indices
-            sorted_owner = self.owner[order]
-            first = torch.searchsorted(sorted_owner, sorted_owner)
-            slot = torch.empty_like(self.owner)
-            slot[order] = torch.arange(self.rows, device=self.owner.device) - first
-            self._slots = (slot, int(slot.max()) + 1 if self.rows else 0)
-        return self._slots
+    def _place(self, place: torch.Tensor | None) -> None:
+        """Put row r's generated columns in slot `place[r]` (None: slot r) and forget the last forward's plan."""
+        identity = torch.arange(self.rows, device=self.owner.device)
+        self.place = identity if place is None else place
+        self._unplace = None
+        if place is not None and not torch.equal(place, identity):
+            self._unplace = torch.empty_like(place)
+            self._unplace[place] = identity
+        self._plan: AttentionPlan | None = None
+
+    def to_slots(self, rows_first: torch.Tensor) -> torch.Tensor:
+        """Row-ordered `rows_first` [rows, ...] in slot order."""
+        return rows_first if self._unplace is None else rows_first.index_select(0, self._unplace)
+
+    def from_slots(self, slots_first: torch.Tensor) -> torch.Tensor:
+        """Slot-ordered `slots_first` [rows, ...] in row order."""
+        return slots_first if self._unplace is None else slots_first.index_select(0, self.place)
+
+    def plan(self, steps: int, group: int) -> AttentionPlan:
+        """The plan that every layer of this forward shares (made by the first layer's attention)."""
+        if self._plan is None or self._plan.made_for != (steps, group, self.length):
+            self._plan = AttentionPlan(self, steps, group)
+        return self._plan
 
     @torch.compiler.disable
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append a forward's new keys and values to layer `layer_idx` (the model calls this); return the generated ones.
-        Eager under torch.compile, like `shared_prefix_attention`: its Python-int lengths would recompile each step."""
-        return self.layers[layer_idx].append(key_states, value_states)
+        """Append a forward's new keys and values to layer `layer_idx` (the model calls this); return the generated ones,
+        in slot order. Eager under torch.compile, like `shared_prefix_attention`: its Python-int lengths would recompile
+        each step."""
+        return self.layers[layer_idx].append(self.to_slots(key_states), self.to_slots(value_states))
 
     def select(self, index: torch.Tensor, copy: bool = False) -> SharedPrefixCache:
-        """Rows `index` (repeats allowed): generated columns gathered, prefixes shared. In place unless `copy`."""
-        layers = [
-            SharedPrefixLayer(layer.prefix_keys, layer.prefix_values, kvcache.gather_with_spare(layer.keys, index), kvcache.gather_with_spare(layer.values, index), layer.length)
-            for layer in self.layers
-        ]
-        if not copy:
-            self.layers, self.owner, self.generated_from, self._slots = layers, self.owner[index], self.generated_from[index], None
-            return self
-        return SharedPrefixCache(layers, self.prefix_mask, self.owner[index], self.generated_from[index])
+        """Rows `index` (repeats allowed): generated columns gathered, prefixes shared. In place unless `copy`; in place
+        with as many rows as before, each parent's first child keeps its slot and only the other children's columns move."""
+        if not copy and len(index) == self.rows:
+            place = self._reuse_slots(index)
+        else:
+            source = self.place[index]
+            layers = [
+                SharedPrefixLayer(layer.prefix_keys, layer.prefix_values, kvcache.gather_with_spare(layer.keys, source),
+                                  kvcache.gather_with_spare(layer.values, source), layer.length)
+                for layer in self.layers
+            ]
+            if copy:
+                return SharedPrefixCache(layers, self.prefix_mask, self.owner[index], self.generated_from[index])
+            self.layers, place = layers, None
+        self.owner, self.generated_from = self.owner[index], self.generated_from[index]
+        self._place(place)
+        return self
+
+    def _reuse_slots(self, index: torch.Tensor) -> torch.Tensor:
+        """Slots of rows `index` when each parent's first child takes its parent's slot and the others take the slots
+        no child keeps, into which their parents' columns are copied."""
+        parent_slot = self.place[index]
+        order = torch.sort(parent_slot, stable=True).indices
+        ordered = parent_slot[order]
+        first_in_order = torch.ones_like(ordered, dtype=torch.bool)
+        first_in_order[1:] = ordered[1:] != ordered[:-1]
+        keeps = torch.empty_like(first_in_order)
+        keeps[order] = first_in_order
+        free = torch.ones_like(keeps)
+        free[parent_slot[keeps]] = False
+        movers, targets = (~keeps).nonzero(as_tuple=True)[0], free.nonzero(as_tuple=True)[0]
+        if len(movers):
+            for layer in self.layers:
+                layer.move(parent_slot[movers], targets)
+        place = parent_slot.clone()
+        place[movers] = targets
+        return place
 
     def tiled(self, tiles: int) -> SharedPrefixCache:
         """A new cache whose row r continues prefix r mod rows, `tiles` × rows rows, none generated yet."""
@@ -130,15 +183,16 @@ class SharedPrefixCache:
             mine.key_buffer = kvcache.with_spare(torch.cat([kvcache.left_pad(mine.keys, length, -2), kvcache.left_pad(theirs.keys, length, -2)]))
             mine.value_buffer = kvcache.with_spare(torch.cat([kvcache.left_pad(mine.values, length, -2), kvcache.left_pad(theirs.values, length, -2)]))
             mine.length = length
-        prefixes = self.prefix_mask.shape[0]
+        prefixes, place = self.prefix_mask.shape[0], torch.cat([self.place, other.place + self.rows])
         self.prefix_mask = torch.cat([kvcache.left_pad(self.prefix_mask, width, 1), kvcache.left_pad(other.prefix_mask, width, 1)])
         self.owner = torch.cat([self.owner, other.owner + prefixes])
         self.generated_from = torch.cat([self.generated_from + length - mine_length, other.generated_from + length - their_length])
-        self._slots = None
+        self._place(place)
         self.compact()
 
     def compact(self) -> None:
         """Forget prefixes no row continues and generated columns no row reads."""
+        self._plan = None
         used = torch.zeros(self.prefix_mask.shape[0], dtype=torch.bool, device=self.owner.device)
         used[self.owner] = True
         if not bool(used.all()):
@@ -146,7 +200,7 @@ class SharedPrefixCache:
             renumber = torch.cumsum(used.long(), 0) - 1
             for layer in self.layers:
                 layer.prefix_keys, layer.prefix_values = layer.prefix_keys[keep], layer.prefix_values[keep]
-            self.prefix_mask, self.owner, self._slots = self.prefix_mask[keep], renumber[self.owner], None
+            self.prefix_mask, self.owner = self.prefix_mask[keep], renumber[self.owner]
         columns = self.prefix_mask.any(dim=0)
         first = int(columns.int().argmax()) if bool(columns.any()) else 0
         if first:
@@ -161,13 +215,54 @@ class SharedPrefixCache:
             self.generated_from = self.generated_from - unread
 
 
+class AttentionPlan:
+    """What every layer's attention in one forward shares: each row's place among the rows of its prefix (`slot`; the
+    rows are `regular` when they already stand prefix by prefix, `slots` to a prefix) and the columns no query sees."""
+
+    def __init__(self, cache: SharedPrefixCache, steps: int, group: int) -> None:
+        owner, rows, length = cache.owner, cache.rows, cache.length
+        self.made_for = (steps, group, length)
+        self.owner, self.rows, self.prefixes = owner, rows, cache.prefix_mask.shape[0]
+        order = torch.sort(owner, stable=True).indices
+        sorted_owner = owner[order]
+        first = torch.searchsorted(sorted_owner, sorted_owner)
+        rank = torch.arange(rows, device=owner.device)
+        self.slot = torch.empty_like(owner)
+        self.slot[order] = rank - first
+        self.slots = int(self.slot.max()) + 1 if rows else 0
+        self.regular = rows == self.prefixes * self.slots and torch.equal(owner * self.slots + self.slot, rank)
+        column = torch.arange(length, device=owner.device)
+        newest = length - steps + torch.arange(steps, device=owner.device).repeat(group)
+        own_visible = (column >= cache.generated_from[:, None, None]) & (column <= newest[None, :, None])
+        visible = torch.cat([cache.prefix_mask[owner][:, None, :].expand(-1, group * steps, -1), own_visible], dim=-1)
+        self.hidden = ~visible[:, None]
+
+    def grouped(self, per_row: torch.Tensor) -> torch.Tensor:
+        """[rows, kv heads, m, c] as [prefixes, kv heads, slots × m, c]: each prefix's rows side by side (zeros where
+        a prefix has fewer rows), for one matrix product per prefix."""
+        _, kv_heads, m, c = per_row.shape
+        if self.regular:
+            spread = per_row.reshape(self.prefixes, self.slots, kv_heads, m, c)
+        else:
+            spread = per_row.new_zeros((self.prefixes, self.slots, kv_heads, m, c))
+            spread[self.owner, self.slot] = per_row
+        return spread.transpose(1, 2).reshape(self.prefixes, kv_heads, self.slots * m, c)
+
+    def ungrouped(self, per_prefix: torch.Tensor, m: int) -> torch.Tensor:
+        """The inverse of `grouped`: [prefixes, kv heads, slots × m, c] back to [rows, kv heads, m, c]."""
+        kv_heads, c = per_prefix.shape[1], per_prefix.shape[-1]
+        per_slot = per_prefix.view(self.prefixes, kv_heads, self.slots, m, c).transpose(1, 2)
+        return per_slot.reshape(self.rows, kv_heads, m, c) if self.regular else per_slot[self.owner, self.slot]
+
+
 @torch.compiler.disable
 def shared_prefix_attention(
     module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
     scaling: float | None = None, dropout: float = 0.0, **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """softmax(q·[K_prefix ‖ K_own]ᵀ·scale)·[V_prefix ‖ V_own] for each row: the prefix part computed once per prefix
-    for all of its rows (grouped queries), the own part per row, causal over the q new columns. Returns [rows, q, heads, d].
+    for all of its rows (grouped queries), the own part per row in its columns' slot, causal over the q new columns.
+    Returns [rows, q, heads, d].
 
     Runs eager under torch.compile: its slot count and column lengths are Python ints that change every step, and traced
     they recompiled the graph for each new length (a 1-layer GPT-2's compiled CBS test: 41.6 s with an empty compile cache,
@@ -178,29 +273,16 @@ def shared_prefix_attention(
     kv_heads = key.shape[1]
     group = heads // kv_heads
     scale = dim**-0.5 if scaling is None else scaling
-    slot, slots = cache.slots()
-    prefixes, width = cache.prefix_mask.shape
+    plan = cache.plan(steps, group)
+    width = cache.prefix_mask.shape[1]
     queries = query.reshape(rows, kv_heads, group * steps, dim)
-    grouped = query.new_zeros((prefixes, slots, kv_heads, group * steps, dim))
-    grouped[cache.owner, slot] = queries
-    grouped = grouped.transpose(1, 2).reshape(prefixes, kv_heads, slots * group * steps, dim)
-    prefix_scores = torch.matmul(grouped, layer.prefix_keys.transpose(-1, -2))
-    prefix_scores = prefix_scores.view(prefixes, kv_heads, slots, group * steps, width).transpose(1, 2)[cache.owner, slot]
-    own_scores = torch.matmul(queries, key.transpose(-1, -2))
+    prefix_scores = plan.ungrouped(torch.matmul(plan.grouped(queries), layer.prefix_keys.transpose(-1, -2)), group * steps)
+    own_scores = cache.from_slots(torch.matmul(cache.to_slots(queries), key.transpose(-1, -2)))
     scores = torch.cat([prefix_scores, own_scores], dim=-1).float() * scale
-    length = key.shape[-2]
-    column = torch.arange(length, device=query.device)
-    newest = length - steps + torch.arange(steps, device=query.device).repeat(group)
-    own_visible = (column >= cache.generated_from[:, None, None]) & (column <= newest[None, :, None])
-    visible = torch.cat([cache.prefix_mask[cache.owner][:, None, :].expand(-1, group * steps, -1), own_visible], dim=-1)
-    weights = torch.softmax(scores.masked_fill(~visible[:, None], float("-inf")), dim=-1).to(value.dtype)
-    prefix_weights = weights[..., :width]
-    own = torch.matmul(weights[..., width:], value)
-    spread = weights.new_zeros((prefixes, slots, kv_heads, group * steps, width))
-    spread[cache.owner, slot] = prefix_weights
-    spread = spread.transpose(1, 2).reshape(prefixes, kv_heads, slots * group * steps, width)
-    from_prefix = torch.matmul(spread, layer.prefix_values).view(prefixes, kv_heads, slots, group * steps, dim).transpose(1, 2)
-    out = (from_prefix[cache.owner, slot] + own).view(rows, heads, steps, dim)
+    weights = torch.softmax(scores.masked_fill_(plan.hidden, float("-inf")), dim=-1).to(value.dtype)
+    own = cache.from_slots(torch.matmul(cache.to_slots(weights[..., width:]), value))
+    from_prefix = plan.ungrouped(torch.matmul(plan.grouped(weights[..., :width]), layer.prefix_values), group * steps)
+    out = (from_prefix + own).reshape(rows, heads, steps, dim)
     return out.transpose(1, 2).contiguous(), None
 
 
