@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from memrisk.errors import MemriskError, first_line
-from memrisk.models import gguf, kvcache, shared_prefix
+from memrisk.models import gguf, kvcache, output_head, shared_prefix
 from memrisk.models.shared_prefix import SharedPrefixCache
 
 SMOLLM2_ALIAS = "smollm2"
@@ -272,9 +272,11 @@ class LanguageModel:
         return ids.to(self.device), mask.to(self.device)
 
     def _call(self, **inputs: Any) -> Any:
-        """The model's forward, compiled when asked; a compiler failure is a MemriskError."""
+        """The model's forward (its output head sliced on CPU, `output_head`), compiled when asked; a compiler failure
+        is a MemriskError."""
         if self._compiled is None:
-            return self.model(**inputs)
+            with output_head.sliced(self.model):
+                return self.model(**inputs)
         from torch._dynamo.exc import BackendCompilerFailed
 
         try:
