@@ -48,6 +48,9 @@ class ModelConfig(_Strict):
     compile: bool = False
     device_map: str | None = None
     threads: int | None = Field(None, ge=1)
+    matmul: Literal["blas", "onednn"] = "blas"
+    """The CPU library of the linear layers' products: torch's own BLAS, or oneDNN (faster where BLAS leaves AVX-512
+    unused; numbers agree to float32 rounding, like another thread count)."""
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -56,6 +59,9 @@ class ModelConfig(_Strict):
             return value
         raise ValueError(f"batch_size must be a positive integer or 'auto', got {value!r}")
 
+
+MODEL_RUNNING_KEYS = ("batch_size", "compile", "device_map", "threads", "matmul")
+"""ModelConfig keys that say how a model runs, not which results it gives (left out of a run's identity)."""
 
 HUB_KEYS = ("hf", "config", "split", "revision", "streaming")
 """The DatasetConfig keys of Hugging Face datasets and save_to_disk folders."""
@@ -381,9 +387,10 @@ class ExperimentConfig(_Strict):
         return next(p for p in self.policies if p.label == (self.cbs.policy or self.policies[0].label))
 
     def identity(self) -> dict[str, Any]:
-        """The settings that change results (batch size, compilation, placement and sharding do not)."""
+        """The settings that change results (batch size, compilation, placement, sharding, threads and the matmul library
+        change them at most by float32 rounding)."""
         data = self.model_dump(mode="json")
-        for key in ("batch_size", "compile", "device_map", "threads"):
+        for key in MODEL_RUNNING_KEYS:
             data["model"].pop(key)
         data.pop("shard_size")
         data.pop("ray")
@@ -391,7 +398,7 @@ class ExperimentConfig(_Strict):
         if "membership" not in self.methods:
             data.pop("membership")
         elif self.membership.reference_model is not None:
-            for key in ("batch_size", "compile", "device_map", "threads"):
+            for key in MODEL_RUNNING_KEYS:
                 data["membership"]["reference_model"].pop(key)
         if self.corpus is None:
             data.pop("corpus")

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from memrisk.errors import MemriskError, first_line
-from memrisk.models import gguf, kvcache, output_head, shared_prefix
+from memrisk.models import gguf, kvcache, linears, shared_prefix
 from memrisk.models.shared_prefix import SharedPrefixCache
 
 SMOLLM2_ALIAS = "smollm2"
@@ -98,6 +98,7 @@ class LanguageModel:
         name: str | None = None,
         revision: str | None = None,
         bos_token_id: int | None = None,
+        matmul: str = "blas",
     ) -> None:
         if batch_size < 1:
             raise MemriskError(f"batch_size must be >= 1, got {batch_size}")
@@ -112,6 +113,17 @@ class LanguageModel:
         # the forward's KV-cache argument and output field: `cache` since transformers 5.24 deprecated `past_key_values`
         self._cache_name = "cache" if "cache" in parameters else "past_key_values"
         self._compiled: Any = None
+        self.use_matmul(matmul)
+
+    def use_matmul(self, library: str) -> None:
+        """Run the linear layers' products on CPU with `library`: "blas" (torch's own, the default) or "onednn"
+        (faster where torch's BLAS leaves the CPU's AVX-512 unused; same numbers to float32 rounding, `linears`)."""
+        if library not in linears.MATMUL_LIBRARIES:
+            raise MemriskError(f"matmul must be one of {', '.join(linears.MATMUL_LIBRARIES)}; got {library!r}")
+        problem = linears.onednn_problem(self.model) if library == "onednn" else None
+        if problem:
+            raise MemriskError(f"matmul: onednn cannot run {self.name}: {problem}")
+        self.matmul = library
 
     def compile(self) -> None:
         """Run forwards through `torch.compile(dynamic=True)` (new lengths do not recompile).
@@ -240,8 +252,8 @@ class LanguageModel:
 
     def describe(self) -> dict[str, Any]:
         """Provenance of the model for records: name, where its weights were loaded from (a hub id or a folder), revision,
-        commit, dtype, device, attention, size, whether it runs compiled and accelerate's device map when its layers are
-        spread over devices."""
+        commit, dtype, device, attention, size, whether it runs compiled, the CPU matmul library and accelerate's device
+        map when its layers are spread over devices."""
         config = self.model.config
         return {
             "name": str(self.name),
@@ -256,6 +268,7 @@ class LanguageModel:
             "vocab_size": self.vocab_size,
             "bos_token_id": self.bos_token_id,
             "compiled": self.compiled,
+            "matmul": self.matmul,
             "device_map": getattr(self.model, "hf_device_map", None),
         }
 
@@ -272,10 +285,10 @@ class LanguageModel:
         return ids.to(self.device), mask.to(self.device)
 
     def _call(self, **inputs: Any) -> Any:
-        """The model's forward (its output head sliced on CPU, `output_head`), compiled when asked; a compiler failure
-        is a MemriskError."""
+        """The model's forward with the `matmul` setting's CPU kernels (`linears`), or compiled when asked; a compiler
+        failure is a MemriskError."""
         if self._compiled is None:
-            with output_head.sliced(self.model):
+            with linears.running(self.model, self.matmul):
                 return self.model(**inputs)
         from torch._dynamo.exc import BackendCompilerFailed
 
@@ -527,6 +540,7 @@ def load_model(
     device_map: str | None = None,
     weights: bool = True,
     local_only: bool = False,
+    matmul: str | None = None,
 ) -> LanguageModel:
     """Load a causal LM from a hub id, a local folder, 'smollm2', or wrap an in-memory model.
 
@@ -539,6 +553,8 @@ def load_model(
     attention kernel ("sdpa", "eager", "flash_attention_2"; default: the library's choice).
     `compile` runs forwards through `torch.compile(dynamic=True)`. `device_map` ("auto",
     "balanced", "sequential", a device) lets accelerate place the layers, e.g. over several GPUs.
+    `matmul` picks the CPU library of the linear layers' products ("blas", the default, or "onednn",
+    `LanguageModel.use_matmul`; an existing `LanguageModel` keeps its own unless given).
     """
     if not isinstance(model, (str, Path)):
         if device_map is not None:
@@ -549,6 +565,8 @@ def load_model(
             raise MemriskError(f"expected a model name, a folder or a transformers model; got {type(model).__name__}")
         else:
             lm = LanguageModel(model, tokenizer, batch_size=batch_size, revision=revision)
+        if matmul is not None:
+            lm.use_matmul(matmul)
         if compile:
             lm.compile()
         return lm
@@ -584,6 +602,8 @@ def load_model(
         raise MemriskError(f"could not load model {name!r}: {first_line(exc)}") from exc
     loaded.config._name_or_path = str(original)
     lm = LanguageModel(loaded, tokenizer, batch_size=batch_size, name=name, revision=revision)
+    if weights and matmul is not None:
+        lm.use_matmul(matmul)
     if compile and weights:
         lm.compile()
     return lm

@@ -1,0 +1,94 @@
+"""How the model's linear layers multiply on CPU: torch's own BLAS with the output head a vocabulary slice at a time, or
+every linear layer through oneDNN (the model's `matmul` setting).
+
+Part of the model backend; applied around memrisk's own forwards only, so the model object stays as transformers made it.
+- "blas" (the default): a [rows, hidden] × [hidden, vocabulary] head product whose output is far larger than the cache
+  runs below the matmul peak in one call. SmolLM2's head (49,152 × 576) at 160 rows measured 160–170 GFLOP/s in one
+  call and 180–195 GFLOP/s in slices of 2,048 tokens, 1–1,000 rows alike (2 threads). Each logit is the same dot
+  product in the same order either way, so the logits are the head's own, bit for bit.
+- "onednn": oneDNN's float32 kernels for every linear layer. Where torch's MKL does not use the CPU's AVX-512 (AMD),
+  they are 2–2.6× faster (SmolLM2's products at 160 rows: 400–470 against 160–195 GFLOP/s, AMD EPYC, 2 threads). The
+  numbers agree with BLAS's to float32 rounding, not bit for bit, and a row's result depends on how many rows share
+  its batch (as thread counts and batch layouts already do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+MATMUL_LIBRARIES = ("blas", "onednn")
+VOCABULARY_SLICE = 2048
+
+
+class SlicedHead(torch.nn.Module):
+    """A bias-free linear output head whose logits are written `VOCABULARY_SLICE` columns at a time."""
+
+    def __init__(self, head: torch.nn.Linear) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits [..., vocabulary] of `hidden` [..., hidden size]: the head's own output, bit for bit."""
+        weight = self.head.weight
+        if torch.is_grad_enabled() and (weight.requires_grad or hidden.requires_grad):
+            return self.head(hidden)
+        rows = hidden.reshape(-1, hidden.shape[-1])
+        logits = rows.new_empty((rows.shape[0], weight.shape[0]))
+        for start in range(0, weight.shape[0], VOCABULARY_SLICE):
+            end = start + VOCABULARY_SLICE
+            torch.mm(rows, weight[start:end].t(), out=logits[:, start:end])
+        return logits.view(*hidden.shape[:-1], weight.shape[0])
+
+
+def sliceable(model: Any) -> bool:
+    """Whether `model`'s output head is a bias-free float32 linear layer on CPU, which `SlicedHead` speeds up."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return (
+        type(head) is torch.nn.Linear and head.bias is None and head.weight.device.type == "cpu"
+        and head.weight.dtype == torch.float32 and hasattr(model, "set_output_embeddings")
+    )
+
+
+def onednn_problem(model: Any) -> str | None:
+    """Why `matmul: onednn` cannot run `model` (None when it can)."""
+    if not torch.backends.mkldnn.is_available():
+        return "this torch build has no oneDNN"
+    parameter = next(model.parameters(), None)
+    if parameter is None or parameter.device.type != "cpu" or parameter.dtype != torch.float32:
+        return "it runs float32 models on CPU only"
+    return None
+
+
+def _onednn_linear(linear: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """`linear(hidden)` by oneDNN's kernel (by the layer itself where gradients are needed)."""
+    if torch.is_grad_enabled() and (linear.weight.requires_grad or hidden.requires_grad):
+        return torch.nn.functional.linear(hidden, linear.weight, linear.bias)
+    return torch.ops.mkldnn._linear_pointwise(hidden, linear.weight, linear.bias, "none", [], "")
+
+
+@contextmanager
+def running(model: Any, matmul: str) -> Iterator[None]:
+    """Run `model`'s forwards with `matmul`'s kernels (see the module's docstring), then restore its own layers."""
+    if matmul == "onednn":
+        linears = [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"]
+        for linear in linears:  # an instance attribute, set past Module.__setattr__: the layers and their names stay
+            object.__setattr__(linear, "forward", _onednn_linear.__get__(linear))
+        try:
+            yield
+        finally:
+            for linear in linears:
+                linear.__dict__.pop("forward", None)
+        return
+    if not sliceable(model):
+        yield
+        return
+    head = model.get_output_embeddings()
+    model.set_output_embeddings(SlicedHead(head))
+    try:
+        yield
+    finally:
+        model.set_output_embeddings(head)
