@@ -1,9 +1,10 @@
 """memrisk's performance in one table: every figure as a ratio to a reference measured in the same run.
 
-    python benchmarks/table.py [--windows 8] [--threads N]
+    python benchmarks/table.py [--windows 8] [--threads N] [--matmul blas|onednn|both]
 
-References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it), the model's bare
-forward pass, transformers' `generate(num_beams=B)`, and Python's difflib. The model is SmolLM2-135M-Instruct; the
+References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it) with each CPU
+matmul library (`model.matmul`: torch's BLAS, and oneDNN), the model's bare forward pass with that library,
+transformers' `generate(num_beams=B)` as transformers runs it (BLAS), and Python's difflib. The model is SmolLM2-135M-Instruct; the
 windows are 50 + 50 tokens of standard-library docstrings. For CBS and Monte Carlo each window's prefix is a 25-token
 passage written twice and its suffix the same passage twice more, so the model continues the repetition and the search
 keeps full beams within ε = 5 (rows = windows × B, the printed rows per step); text the model cannot continue prunes
@@ -32,7 +33,7 @@ from teacher_forcing import make_windows
 import memrisk
 import memrisk.extraction.cbs as cbs_module
 from memrisk import DecodingPolicy
-from memrisk.models import memory
+from memrisk.models import linears, memory
 from memrisk.models.throughput import device_peak_flops, forward_flops
 
 STATUS = Path("/proc/self/status")
@@ -131,6 +132,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=8, help="windows per figure, also the batch in sequences (default 8)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--matmul", choices=(*linears.MATMUL_LIBRARIES, "both"), default="both",
+                        help="the CPU library of the linear layers' products to measure (default both)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -151,36 +154,14 @@ def main() -> None:
         return (f"peak {(peak + weights) / 2**20:,.0f} MiB = {(peak + weights) / direct:.2f}x weights+KV+logits "
                 f"({direct / 2**20:,.0f} MiB); auto budget {(budget + weights) / 2**20:,.0f} MiB")
 
-    peak = device_peak_flops(lm.device, seconds=2.0)
-    print(f"{machine()}\nmatmul peak {peak / 1e9:.0f} GFLOP/s (float32, 1024x1024)", flush=True)
+    libraries = linears.MATMUL_LIBRARIES if args.matmul == "both" else (args.matmul,)
+    peaks = {library: device_peak_flops(lm.device, seconds=2.0, matmul=library) for library in libraries}
+    print(machine() + "".join(f"\nmatmul peak with {library}: {peak / 1e9:.0f} GFLOP/s (float32, 1024x1024)"
+                              for library, peak in peaks.items()), flush=True)
 
     prefixes, suffixes = make_windows(lm, args.windows)
-    batch = lm._input_batch([p + s for p, s in zip(prefixes, suffixes)])[0]
-
-    def bare() -> None:
-        with torch.inference_mode():
-            lm.model(batch)
-
-    bare()
-    _, bare_s, _ = measured(bare, 3)
-    bare_rate = forward_flops(int(batch.numel()), parameters) / bare_s
-    row("bare forward", f"{bare_rate / 1e9:.0f} GFLOP/s = {bare_rate / peak:.0%} of peak", "reference")
-    memrisk.verbatim_scores(lm, prefixes, suffixes, FOUR_POLICIES)
-    _, tf_s, tf_peak = measured(lambda: memrisk.verbatim_scores(lm, prefixes, suffixes, FOUR_POLICIES), 3)
-    row("teacher forcing, 4 policies", f"{bare_s / tf_s:.2f}x bare forward throughput", ">= 0.95",
-        memory_note(tf_peak, len(prefixes), 101, 50))
-
     copy_prefixes, copy_suffixes = repeated_windows(lm, args.windows)
-    search = {"beam_width": BEAMS, "prune": "levenshtein", "epsilon": EPSILON, "batch_size": args.windows}
-    with Breakdown() as breakdown:
-        found, cbs_s, cbs_peak = measured(lambda: memrisk.cbs(lm, copy_prefixes, copy_suffixes, TOP_K, **search))
-    evals = sum(r.token_evals for r in found)
-    rate = forward_flops(evals, parameters) / cbs_s
-    row(f"CBS, Levenshtein eps={EPSILON}, B={BEAMS}, anchored, {args.windows} windows",
-        f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak", ">= 60%",
-        f"{evals / len(found):.0f} token evals/window; " + memory_note(cbs_peak, args.windows * (BEAMS + 1), 101, 1))
-    prefill_evals = sum(len(p) + int(lm.bos_token_id is not None) for p in copy_prefixes)
-    print(f"  CBS: {(evals - prefill_evals) / breakdown.steps:.0f} rows per decode step; " + breakdown.line(cbs_s), flush=True)
+    batch = lm._input_batch([p + s for p, s in zip(prefixes, suffixes)])[0]
 
     def generate(per_batch: int) -> Callable[[], None]:
         def run() -> None:
@@ -194,19 +175,50 @@ def main() -> None:
 
     layouts = sorted({args.windows, max(1, args.windows // 2)})
     generate_s, per_batch = min((measured(generate(n))[1], n) for n in layouts)
-    k_cbs = {"beam_width": BEAMS, "prune": None, "batch_size": args.windows}
-    _, kcbs_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, anchor=False, **k_cbs))
-    _, anchored_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, anchor=True, **k_cbs))
-    row(f"k-CBS (Algorithm 1), B={BEAMS}", f"{kcbs_s / generate_s:.2f}x the time of generate(num_beams={BEAMS})", "<= 0.5",
-        f"{kcbs_s:.1f} s against {generate_s:.1f} s, generate at its faster batch of {' or '.join(map(str, layouts))} windows "
-        f"({per_batch}); anchored (memrisk's default, the target's path as row B + 1): {anchored_s / generate_s:.2f}x")
+    print(f"  transformers generate(num_beams={BEAMS}), as transformers runs it: {generate_s:.1f} s at its faster batch of "
+          f"{' or '.join(map(str, layouts))} windows ({per_batch})", flush=True)
 
-    results, mc_s, mc_peak = measured(lambda: memrisk.monte_carlo(lm, copy_prefixes[:2], copy_suffixes[:2], TOP_K,
-                                                                   samples=MC_SAMPLES, epsilon=EPSILON, max_rows=MC_SAMPLES))
-    mc_evals = sum(r.token_evals for r in results)
-    rate = forward_flops(mc_evals, parameters) / mc_s
-    row(f"Monte Carlo, {MC_SAMPLES} samples/window, prefix once", f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak", ">= 50%",
-        memory_note(mc_peak, MC_SAMPLES, 101, 1))
+    for library in libraries:
+        lm.use_matmul(library)
+        peak, tag = peaks[library], f" [matmul: {library}]"
+
+        def bare() -> None:
+            with torch.inference_mode(), linears.running(lm.model, library):
+                lm.model(batch)
+
+        bare()
+        _, bare_s, _ = measured(bare, 3)
+        bare_rate = forward_flops(int(batch.numel()), parameters) / bare_s
+        row("bare forward" + tag, f"{bare_rate / 1e9:.0f} GFLOP/s = {bare_rate / peak:.0%} of peak", "reference")
+        memrisk.verbatim_scores(lm, prefixes, suffixes, FOUR_POLICIES)
+        _, tf_s, tf_peak = measured(lambda: memrisk.verbatim_scores(lm, prefixes, suffixes, FOUR_POLICIES), 3)
+        row("teacher forcing, 4 policies" + tag, f"{bare_s / tf_s:.2f}x bare forward throughput", ">= 0.95",
+            memory_note(tf_peak, len(prefixes), 101, 50))
+
+        search = {"beam_width": BEAMS, "prune": "levenshtein", "epsilon": EPSILON, "batch_size": args.windows}
+        with Breakdown() as breakdown:
+            found, cbs_s, cbs_peak = measured(lambda: memrisk.cbs(lm, copy_prefixes, copy_suffixes, TOP_K, **search))
+        evals = sum(r.token_evals for r in found)
+        rate = forward_flops(evals, parameters) / cbs_s
+        row(f"CBS, Levenshtein eps={EPSILON}, B={BEAMS}, anchored, {args.windows} windows" + tag,
+            f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak", ">= 60%",
+            f"{evals / len(found):.0f} token evals/window; " + memory_note(cbs_peak, args.windows * (BEAMS + 1), 101, 1))
+        prefill_evals = sum(len(p) + int(lm.bos_token_id is not None) for p in copy_prefixes)
+        print(f"  CBS: {(evals - prefill_evals) / breakdown.steps:.0f} rows per decode step; " + breakdown.line(cbs_s), flush=True)
+
+        k_cbs = {"beam_width": BEAMS, "prune": None, "batch_size": args.windows}
+        _, kcbs_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, anchor=False, **k_cbs))
+        _, anchored_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, anchor=True, **k_cbs))
+        row(f"k-CBS (Algorithm 1), B={BEAMS}" + tag, f"{kcbs_s / generate_s:.2f}x the time of generate(num_beams={BEAMS})",
+            "<= 0.5", f"{kcbs_s:.1f} s against {generate_s:.1f} s; anchored (memrisk's default, the target's path as row "
+            f"B + 1): {anchored_s / generate_s:.2f}x")
+
+        results, mc_s, mc_peak = measured(lambda: memrisk.monte_carlo(lm, copy_prefixes[:2], copy_suffixes[:2], TOP_K,
+                                                                       samples=MC_SAMPLES, epsilon=EPSILON, max_rows=MC_SAMPLES))
+        mc_evals = sum(r.token_evals for r in results)
+        rate = forward_flops(mc_evals, parameters) / mc_s
+        row(f"Monte Carlo, {MC_SAMPLES} samples/window, prefix once" + tag,
+            f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak", ">= 50%", memory_note(mc_peak, MC_SAMPLES, 101, 1))
 
     texts = [(lm.decode(a), lm.decode(b)) for a, b in zip(prefixes, suffixes)] * 20
     plain = statistics.fmean(timed_ratio(difflib.SequenceMatcher, texts) for _ in range(3))

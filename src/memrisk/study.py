@@ -206,7 +206,7 @@ def cost_estimate_lines(cells: list[Cell], out: Path, skeleton_of: Skeleton | No
             continue
         m = cell.config.model
         lm, parameters = (skeleton_of or skeleton)(m.name, m.revision, m.gguf_file)
-        peak = device_peak(str(resolve_device(m.device)))
+        peak = device_peak(str(resolve_device(m.device)), m.matmul)
         windows = len(build_examples(cell.config, lm, load_documents(cell.config))[0])
         w = cell.config.windows
         evals = windows * sum(method.cost_bound(cell.config, w.prefix_length, w.suffix_length) for method in configured(cell.config))
@@ -226,9 +226,9 @@ def skeleton(name: str, revision: str | None, gguf_file: str | None) -> tuple[La
 
 
 @functools.cache
-def device_peak(device: str) -> float:
-    """The device's peak FLOP/s, measured once per process."""
-    return device_peak_flops(torch.device(device))
+def device_peak(device: str, matmul: str) -> float:
+    """The device's peak FLOP/s with the `matmul` library, measured once per process."""
+    return device_peak_flops(torch.device(device), matmul=matmul)
 
 
 def measured_rate(out: Path) -> float | None:

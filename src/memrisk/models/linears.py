@@ -63,11 +63,16 @@ def onednn_problem(model: Any) -> str | None:
     return None
 
 
+def onednn_product(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """hidden · weightᵀ (+ bias) by oneDNN's float32 kernel, on dense tensors as they are (no gradient)."""
+    return torch.ops.mkldnn._linear_pointwise(hidden, weight, bias, "none", [], "")
+
+
 def _onednn_linear(linear: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     """`linear(hidden)` by oneDNN's kernel (by the layer itself where gradients are needed)."""
     if torch.is_grad_enabled() and (linear.weight.requires_grad or hidden.requires_grad):
         return torch.nn.functional.linear(hidden, linear.weight, linear.bias)
-    return torch.ops.mkldnn._linear_pointwise(hidden, linear.weight, linear.bias, "none", [], "")
+    return onednn_product(hidden, linear.weight, linear.bias)
 
 
 @contextmanager

@@ -8,6 +8,8 @@ import time
 
 import torch
 
+from memrisk.models import linears
+
 # Dense bf16/fp16 tensor-core peaks (TFLOP/s, no sparsity) of common accelerators, by name fragment.
 PEAK_TFLOPS: dict[str, float] = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0, "4090": 165.0}
 
@@ -17,8 +19,9 @@ def forward_flops(token_evals: int, parameters: int) -> float:
     return 2.0 * parameters * token_evals
 
 
-def device_peak_flops(device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.5) -> float:
-    """Peak FLOP/s of `device`: the table for known GPUs, else a matmul measured for `seconds`."""
+def device_peak_flops(device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.5, matmul: str = "blas") -> float:
+    """Peak FLOP/s of `device`: the table for known GPUs, else a matmul measured for `seconds` (on CPU with the
+    `matmul` library the model's linear layers use, `linears`)."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         for fragment, tflops in PEAK_TFLOPS.items():
@@ -27,9 +30,10 @@ def device_peak_flops(device: torch.device, dtype: torch.dtype = torch.float32, 
     size = 1024
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
+    onednn = matmul == "onednn" and device.type == "cpu"
     runs, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        a @ b
+        linears.onednn_product(a, b) if onednn else a @ b
         runs += 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
