@@ -48,7 +48,7 @@ class ModelConfig(_Strict):
     compile: bool = False
     device_map: str | None = None
     threads: int | None = Field(None, ge=1)
-    matmul: Literal["blas", "onednn"] = "blas"
+    matmul: Literal["blas", "onednn"] = defaults.MATMUL
     """The CPU library of the linear layers' products: torch's own BLAS, or oneDNN (faster where BLAS leaves AVX-512
     unused; numbers agree to float32 rounding, like another thread count)."""
 

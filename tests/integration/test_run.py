@@ -283,6 +283,16 @@ def test_threads_setting_pins_the_cpu_threads(tmp_path, model_dir) -> None:
         torch.set_num_threads(before)
 
 
+def test_matmul_setting_reaches_the_model_and_its_provenance(tmp_path, model_dir) -> None:
+    import memrisk
+    from memrisk.runner import load_run_model
+
+    lm = load_run_model(load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "matmul": "onednn"})))
+    assert lm.matmul == "onednn" and lm.describe()["matmul"] == "onednn"
+    with pytest.raises(memrisk.MemriskError, match="model.matmul"):
+        load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "matmul": "mkl"}))
+
+
 def test_auto_batch_size_fits_free_memory_and_keeps_the_records(tmp_path, model_dir, monkeypatch) -> None:
     import dataclasses
 

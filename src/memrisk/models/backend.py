@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from memrisk import defaults
 from memrisk.errors import MemriskError, first_line
 from memrisk.models import gguf, kvcache, linears, shared_prefix
 from memrisk.models.shared_prefix import SharedPrefixCache
@@ -98,7 +99,7 @@ class LanguageModel:
         name: str | None = None,
         revision: str | None = None,
         bos_token_id: int | None = None,
-        matmul: str = "blas",
+        matmul: str = defaults.MATMUL,
     ) -> None:
         if batch_size < 1:
             raise MemriskError(f"batch_size must be >= 1, got {batch_size}")
@@ -117,7 +118,8 @@ class LanguageModel:
 
     def use_matmul(self, library: str) -> None:
         """Run the linear layers' products on CPU with `library`: "blas" (torch's own, the default) or "onednn"
-        (faster where torch's BLAS leaves the CPU's AVX-512 unused; same numbers to float32 rounding, `linears`)."""
+        (faster where torch's BLAS leaves the CPU's AVX-512 unused; same numbers to float32 rounding, `linears`).
+        Compiled forwards use the compiler's own kernels."""
         if library not in linears.MATMUL_LIBRARIES:
             raise MemriskError(f"matmul must be one of {', '.join(linears.MATMUL_LIBRARIES)}; got {library!r}")
         problem = linears.onednn_problem(self.model) if library == "onednn" else None

@@ -6,9 +6,8 @@ cache holds the prefix once per row, so every beam step copies it (the beam reor
 attention reads it once per row. Here the prefix keys and values are kept once per prefix, each row
 keeps only the columns it generated, and attention is computed in two parts whose softmax is joined
 exactly: the queries of all rows of one prefix against its keys in one matrix product, and each row's
-queries against its own columns. A beam reorder moves only the generated columns of rows whose parent's place another
-child keeps: a row's columns live in a physical slot of the buffers, and the first child of each parent takes over its
-parent's slot in place.
+queries against its own columns. Each row's generated columns sit in a slot of the buffers, and a beam reorder gives
+each parent's first child its parent's slot: only the other children's columns are copied.
 """
 
 from __future__ import annotations
