@@ -49,18 +49,33 @@ def test_forwards_run_sliced_give_the_plain_logits_and_restore_the_head(monkeypa
     assert calls == [1] and torch.equal(sliced, plain)
 
 
-def test_onednn_logits_agree_with_blas_to_rounding_and_the_layers_are_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_onednn_logits_agree_with_blas_to_rounding_until_blas_is_asked_for_again(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_llama()
     blas = memrisk.load_model(model).suffix_logits(PREFIXES, SUFFIXES)
     lm = memrisk.load_model(model, matmul="onednn")
     assert lm.matmul == "onednn" and lm.describe()["matmul"] == "onednn"
     ran = []
-    kernel = linears._onednn_linear
-    monkeypatch.setattr(linears, "_onednn_linear", lambda linear, hidden: ran.append(linear) or kernel(linear, hidden))
+    product = linears.onednn_product
+    monkeypatch.setattr(linears, "onednn_product", lambda *args: ran.append(1) or product(*args))
     onednn = lm.suffix_logits(PREFIXES, SUFFIXES)
     assert len(ran) == 2 * 7 + 1  # every projection of both layers, and the head
     assert bool(((onednn - blas).abs() <= 1e-4 * (1 + blas.abs())).all())
+    lm.use_matmul("blas")
     assert not any("forward" in vars(m) for m in model.modules())  # each layer's own forward is back
+    assert torch.equal(lm.suffix_logits(PREFIXES, SUFFIXES), blas) and len(ran) == 2 * 7 + 1
+
+
+def test_blas_leaves_other_instance_forwards_and_onednn_refuses_placed_layers() -> None:
+    model = tiny_llama()
+    layer = model.model.layers[0].mlp.up_proj
+    hooked = layer.forward
+    object.__setattr__(layer, "forward", hooked)  # as accelerate's hooks wrap a placed layer's forward
+    memrisk.load_model(model, matmul="blas")
+    assert vars(layer)["forward"] is hooked
+    model.hf_device_map = {"": "cpu"}
+    with pytest.raises(MemriskError, match="placed by device_map"):
+        memrisk.load_model(model, matmul="onednn")
+    assert not linears.sliceable(model)
 
 
 def test_a_bad_or_unusable_matmul_library_is_refused() -> None:

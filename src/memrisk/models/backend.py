@@ -118,13 +118,14 @@ class LanguageModel:
 
     def use_matmul(self, library: str) -> None:
         """Run the linear layers' products on CPU with `library`: "blas" (torch's own, the default) or "onednn"
-        (faster where torch's BLAS leaves the CPU's AVX-512 unused; same numbers to float32 rounding, `linears`).
-        Compiled forwards use the compiler's own kernels."""
+        (faster where torch's BLAS leaves the CPU's AVX-512 unused; same numbers to float32 rounding, `linears`), which
+        then runs the model's linear layers for any caller. Compiled forwards use the compiler's own kernels."""
         if library not in linears.MATMUL_LIBRARIES:
             raise MemriskError(f"matmul must be one of {', '.join(linears.MATMUL_LIBRARIES)}; got {library!r}")
         problem = linears.onednn_problem(self.model) if library == "onednn" else None
         if problem:
             raise MemriskError(f"matmul: onednn cannot run {self.name}: {problem}")
+        linears.install(self.model, library)
         self.matmul = library
 
     def compile(self) -> None:

@@ -1,15 +1,17 @@
 """How the model's linear layers multiply on CPU: torch's own BLAS with the output head a vocabulary slice at a time, or
 every linear layer through oneDNN (the model's `matmul` setting).
 
-Part of the model backend; applied around memrisk's own forwards only, so the model object stays as transformers made it.
-- "blas" (the default): a [rows, hidden] × [hidden, vocabulary] head product whose output is far larger than the cache
-  runs below the matmul peak in one call. SmolLM2's head (49,152 × 576) at 160 rows measured 160–170 GFLOP/s in one
-  call and 180–195 GFLOP/s in slices of 2,048 tokens, 1–1,000 rows alike (2 threads). Each logit is the same dot
-  product in the same order either way, so the logits are the head's own, bit for bit.
-- "onednn": oneDNN's float32 kernels for every linear layer. Where torch's MKL does not use the CPU's AVX-512 (AMD),
-  they are 2–2.6× faster (SmolLM2's products at 160 rows: 400–470 against 160–195 GFLOP/s, AMD EPYC, 2 threads). The
-  numbers agree with BLAS's to float32 rounding, not bit for bit, and a row's result depends on how many rows share
-  its batch (as thread counts and batch layouts already do).
+Part of the model backend.
+- "blas" (the default), applied around memrisk's own forwards only, so the model object stays as transformers made
+  it: a [rows, hidden] × [hidden, vocabulary] head product whose output is far larger than the cache runs below the
+  matmul peak in one call. SmolLM2's head (49,152 × 576) at 160 rows measured 160–170 GFLOP/s in one call and
+  180–195 GFLOP/s in slices of 2,048 tokens, 1–1,000 rows alike (2 threads). Each logit is the same dot product in the
+  same order either way, so the logits are the head's own, bit for bit.
+- "onednn": oneDNN's float32 kernels for every `nn.Linear` layer, installed in the model until "blas" is asked for
+  again (`generate` on the model runs them too). Where torch's MKL does not use the CPU's AVX-512 (AMD), they are
+  2–2.6× faster (SmolLM2's products at 160 rows: 400–470 against 160–195 GFLOP/s, AMD EPYC, 2 threads). The numbers
+  agree with BLAS's to float32 rounding, not bit for bit, and a row's result depends on how many rows share its batch
+  (as thread counts and batch layouts already do).
 """
 
 from __future__ import annotations
@@ -45,11 +47,13 @@ class SlicedHead(torch.nn.Module):
 
 
 def sliceable(model: Any) -> bool:
-    """Whether `model`'s output head is a bias-free float32 linear layer on CPU, which `SlicedHead` speeds up."""
+    """Whether `model`'s output head is a bias-free float32 linear layer on CPU, not placed by accelerate, which
+    `SlicedHead` speeds up."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return (
         type(head) is torch.nn.Linear and head.bias is None and head.weight.device.type == "cpu"
         and head.weight.dtype == torch.float32 and hasattr(model, "set_output_embeddings")
+        and getattr(model, "hf_device_map", None) is None and "forward" not in vars(head)
     )
 
 
@@ -60,6 +64,8 @@ def onednn_problem(model: Any) -> str | None:
     parameter = next(model.parameters(), None)
     if parameter is None or parameter.device.type != "cpu" or parameter.dtype != torch.float32:
         return "it runs float32 models on CPU only"
+    if getattr(model, "hf_device_map", None) is not None:
+        return "its layers are placed by device_map"
     return None
 
 
@@ -75,20 +81,29 @@ def _onednn_linear(linear: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tenso
     return onednn_product(hidden, linear.weight, linear.bias)
 
 
+def _runs_onednn(layer: torch.nn.Module) -> bool:
+    """Whether `install` gave this layer oneDNN's forward."""
+    return getattr(vars(layer).get("forward"), "__func__", None) is _onednn_linear
+
+
+def install(model: Any, library: str) -> None:
+    """Make the model's CPU `nn.Linear` layers multiply with `library` from now on. For "onednn" each layer gets
+    oneDNN's forward as an instance attribute, set past `Module.__setattr__` so the layers, their names and weights stay
+    as they are; "blas" takes those forwards away again (and leaves any other, such as accelerate's hooks)."""
+    for layer in model.modules():
+        if type(layer) is not torch.nn.Linear:
+            continue
+        if library == "onednn" and layer.weight.device.type == "cpu":
+            object.__setattr__(layer, "forward", _onednn_linear.__get__(layer))
+        elif _runs_onednn(layer):
+            del vars(layer)["forward"]
+
+
 @contextmanager
-def running(model: Any, matmul: str) -> Iterator[None]:
-    """Run `model`'s forwards with `matmul`'s kernels (see the module's docstring), then restore its own layers."""
-    if matmul == "onednn":
-        linears = [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"]
-        for linear in linears:  # an instance attribute, set past Module.__setattr__: the layers and their names stay
-            object.__setattr__(linear, "forward", _onednn_linear.__get__(linear))
-        try:
-            yield
-        finally:
-            for linear in linears:
-                linear.__dict__.pop("forward", None)
-        return
-    if not sliceable(model):
+def running(model: Any, library: str) -> Iterator[None]:
+    """Run one of memrisk's forwards of `model` with `library`'s per-forward kernels: BLAS's sliced output head (oneDNN's
+    layers are already `install`ed), then restore the model's own head."""
+    if library != "blas" or not sliceable(model):
         yield
         return
     head = model.get_output_embeddings()
