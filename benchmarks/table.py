@@ -4,8 +4,8 @@
 
 References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it) with each CPU
 matmul library (`model.matmul`: torch's BLAS, and oneDNN), the model's bare forward pass with that library,
-transformers' `generate(num_beams=B)` as transformers runs it (BLAS), and Python's difflib. The model is SmolLM2-135M-Instruct; the
-windows are 50 + 50 tokens of standard-library docstrings. For CBS and Monte Carlo each window's prefix is a 25-token
+transformers' `generate(num_beams=B)` as transformers runs it (BLAS), and Python's difflib. The model is
+SmolLM2-135M-Instruct; the windows are 50 + 50 tokens of standard-library docstrings. For CBS and Monte Carlo each window's prefix is a 25-token
 passage written twice and its suffix the same passage twice more, so the model continues the repetition and the search
 keeps full beams within ε = 5 (rows = windows × B, the printed rows per step); text the model cannot continue prunes
 the beams to a few rows, and a decode step of few rows is bound by reading the weights, not by arithmetic. FLOPs are

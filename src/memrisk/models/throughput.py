@@ -20,7 +20,9 @@ def forward_flops(token_evals: int, parameters: int) -> float:
     return 2.0 * parameters * token_evals
 
 
-def device_peak_flops(device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.5, matmul: str = defaults.MATMUL) -> float:
+def device_peak_flops(
+    device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.5, matmul: str = defaults.MATMUL,
+) -> float:
     """Peak FLOP/s of `device`: the table for known GPUs, else a matmul measured for `seconds` (on CPU with the
     `matmul` library the model's linear layers use, `linears`)."""
     if device.type == "cuda":
