@@ -160,8 +160,9 @@ class SharedPrefixCache:
         free[parent_slot[keeps]] = False
         movers, targets = (~keeps).nonzero(as_tuple=True)[0], free.nonzero(as_tuple=True)[0]
         if len(movers):
+            sources = parent_slot[movers]
             for layer in self.layers:
-                layer.move(parent_slot[movers], targets)
+                layer.move(sources, targets)
         place = parent_slot.clone()
         place[movers] = targets
         return place
