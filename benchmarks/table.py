@@ -79,21 +79,34 @@ class Breakdown:
     """The timed parts: the decode step's forward, the prefixes' prefill, the children's log-probabilities, the
     Levenshtein band update, and the beam reorder of the KV cache."""
 
+    PRODUCTS = {
+        "BLAS layer": (torch.nn.Linear, "forward"),
+        "BLAS sliced head": (linears.SlicedHead, "forward"),
+        "oneDNN layer": (linears, "onednn_product"),
+    }
+    """The linear layers' matrix products inside the forwards and prefills (whichever library runs them; none calls
+    another), timed apart: the floor a search reaches with no other cost at this library's speed."""
+
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(self.PARTS, 0.0)
+        self.products = 0.0
         self.steps = 0
-        self.originals: dict[str, Any] = {}
+        self.originals: dict[tuple[Any, str], Any] = {}
 
     def __enter__(self) -> Breakdown:
         for name, (owner, attribute) in self.PARTS.items():
-            original = getattr(owner, attribute)
-            self.originals[name] = original
-            setattr(owner, attribute, self._timed(name, original))
+            self._wrap(owner, attribute, self._timed(name, getattr(owner, attribute)))
+        for owner, attribute in self.PRODUCTS.values():
+            self._wrap(owner, attribute, self._product(getattr(owner, attribute)))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for name, (owner, attribute) in self.PARTS.items():
-            setattr(owner, attribute, self.originals[name])
+        for (owner, attribute), original in self.originals.items():
+            setattr(owner, attribute, original)
+
+    def _wrap(self, owner: Any, attribute: str, wrapper: Callable[..., Any]) -> None:
+        self.originals[(owner, attribute)] = getattr(owner, attribute)
+        setattr(owner, attribute, wrapper)
 
     def _timed(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -105,11 +118,22 @@ class Breakdown:
                 self.seconds[name] += time.perf_counter() - start
         return timed
 
+    def _product(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.products += time.perf_counter() - start
+        return timed
+
     def line(self, total: float) -> str:
-        """Each part's share of `total` seconds; the rest is the search's own Python and tensor bookkeeping."""
+        """Each part's share of `total` seconds, and the linear layers' products within the forwards and prefills; the
+        rest is the search's own Python and tensor bookkeeping."""
         parts = [f"{name} {seconds / total:.0%}" for name, seconds in self.seconds.items()]
         rest = total - sum(self.seconds.values())
-        return "where the time goes: " + ", ".join(parts) + f", other bookkeeping and Python {rest / total:.0%}"
+        return ("where the time goes: " + ", ".join(parts) + f", other bookkeeping and Python {rest / total:.0%}; "
+                f"the linear layers' products (within forward and prefill) {self.products / total:.0%}")
 
 
 def machine() -> str:
@@ -207,11 +231,14 @@ def main() -> None:
         print(f"  CBS: {(evals - prefill_evals) / breakdown.steps:.0f} rows per decode step; " + breakdown.line(cbs_s), flush=True)
 
         k_cbs = {"beam_width": BEAMS, "prune": None, "batch_size": args.windows}
-        _, kcbs_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, anchor=False, **k_cbs))
+        with Breakdown() as k_breakdown:
+            _, kcbs_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, anchor=False, **k_cbs))
         _, anchored_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, anchor=True, **k_cbs))
         row(f"k-CBS (Algorithm 1), B={BEAMS}" + tag, f"{kcbs_s / generate_s:.2f}x the time of generate(num_beams={BEAMS})",
             "<= 0.5", f"{kcbs_s:.1f} s against {generate_s:.1f} s; anchored (memrisk's default, the target's path as row "
             f"B + 1): {anchored_s / generate_s:.2f}x")
+        print(f"  k-CBS: {k_breakdown.line(kcbs_s)}; its linear layers' products alone would be "
+              f"{k_breakdown.products / generate_s:.2f}x generate", flush=True)
 
         results, mc_s, mc_peak = measured(lambda: memrisk.monte_carlo(lm, copy_prefixes[:2], copy_suffixes[:2], TOP_K,
                                                                        samples=MC_SAMPLES, epsilon=EPSILON, max_rows=MC_SAMPLES))
