@@ -39,14 +39,19 @@ def test_token_text_keeps_the_space_a_word_has_inside_a_sequence() -> None:
     assert [text(i) for i in range(4)] == [" [UNK]", f" {WORDS[0]}", f" {WORDS[1]}", f" {WORDS[2]}"]
 
 
-def test_a_gguf_files_conversion_is_named_by_its_size_and_time(tmp_path, monkeypatch) -> None:
+def test_a_gguf_files_conversion_is_named_by_its_content_so_every_install_of_it_shares_one(tmp_path, monkeypatch) -> None:
     from memrisk.models import gguf
 
     monkeypatch.setenv("MEMRISK_CACHE", str(tmp_path / "cache"))
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF" + bytes(8))
-    first = gguf.converted_folder(tmp_path, model.name)
+    content = b"GGUF" + bytes(3 * gguf.FINGERPRINT_BYTES)
+    installs = [tmp_path / "venv-a", tmp_path / "venv-b"]
+    for folder in installs:
+        folder.mkdir()
+        (folder / "model.gguf").write_bytes(content)
+    first = gguf.converted_folder(installs[0], "model.gguf")
     assert first.parent == tmp_path / "cache" / "gguf" and first.name.startswith("model-")
-    assert gguf.converted_folder(tmp_path, model.name) == first
-    model.write_bytes(b"GGUF" + bytes(9))
-    assert gguf.converted_folder(tmp_path, model.name) != first
+    assert gguf.converted_folder(installs[1], "model.gguf") == first
+    (installs[1] / "model.gguf").write_bytes(content[:-1] + b"x")
+    assert gguf.converted_folder(installs[1], "model.gguf") != first, "a changed last byte names a new conversion"
+    (installs[1] / "model.gguf").write_bytes(content + bytes(1))
+    assert gguf.converted_folder(installs[1], "model.gguf") != first, "another size names a new conversion"

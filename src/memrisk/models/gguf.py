@@ -17,14 +17,25 @@ import torch
 from memrisk.cache import cache_root, save_atomically
 
 
+FINGERPRINT_BYTES = 1 << 20
+"""How much of a GGUF file's start (its metadata and first tensors) and of its end is hashed to name its conversion."""
+
+
 def converted_folder(folder: Path, gguf_file: str) -> Path:
-    """Where the conversion of `folder`/`gguf_file` is kept: named by the file, its size and time and the transformers
-    version that dequantizes it, so a changed file or a new converter makes a new folder."""
+    """Where the conversion of `folder`/`gguf_file` is kept: named by the file's name, size and the hash of its first
+    and last MiB, and by the transformers version that dequantizes it. The same file installed elsewhere (another
+    virtual environment) shares one conversion; a changed file or a new converter makes a new folder."""
     import transformers
 
     path = (folder / gguf_file).resolve()
-    stat = path.stat()
-    key = json.dumps([str(path), stat.st_size, stat.st_mtime_ns, transformers.__version__])
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        digest.update(handle.read(FINGERPRINT_BYTES))
+        if size > FINGERPRINT_BYTES:
+            handle.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
+            digest.update(handle.read())
+    key = json.dumps([path.name, size, digest.hexdigest(), transformers.__version__])
     return cache_root() / "gguf" / f"{path.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
