@@ -24,7 +24,8 @@ FINGERPRINT_BYTES = 1 << 20
 def converted_folder(folder: Path, gguf_file: str) -> Path:
     """Where the conversion of `folder`/`gguf_file` is kept: named by the file's name, size and the hash of its first
     and last MiB, and by the transformers version that dequantizes it. The same file installed elsewhere (another
-    virtual environment) shares one conversion; a changed file or a new converter makes a new folder."""
+    virtual environment) shares one conversion; a file changed in its size, start or end, or a new converter, makes a new
+    folder."""
     import transformers
 
     path = (folder / gguf_file).resolve()
