@@ -39,3 +39,25 @@ def test_cbs_on_a_licence_window_reports_bounds_and_cost(smollm2) -> None:
         assert result.lower_bound("levenshtein", 0) == pytest.approx(p_z, rel=1e-4)
     assert 8 * 40 <= len(baseline.candidates) <= (8 + 1) * 40
     assert pruned.upper_bound("levenshtein", 3) < 1.0
+
+
+def test_k_cbs_dealt_into_two_shares_gives_the_one_pool_results_bit_for_bit(smollm2) -> None:
+    """Two pools side by side, one thread each, against one pool on two threads. Every forward holds rows enough for
+    torch's products to compute a row alike in both (`models.shares`): the prefills' heads 8 rows at two threads and 4 at
+    one, the steps 64 and 32. So every float is equal."""
+    import torch
+
+    ids = smollm2.encode(MIT)
+    starts = range(0, 32, 4)
+    prefixes, suffixes = [ids[i : i + 16] for i in starts], [ids[i + 16 : i + 24] for i in starts]
+    search = {"beam_width": 8, "prune": None, "anchor": False, "batch_size": 8}
+    kept = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        one = memrisk.cbs(smollm2, prefixes, suffixes, DecodingPolicy(top_k=40), shares=1, **search)
+        two = memrisk.cbs(smollm2, prefixes, suffixes, DecodingPolicy(top_k=40), shares=2, **search)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(kept)
+    assert len(one[0].candidates) == 8 * 40
+    assert one == two

@@ -14,8 +14,9 @@ their rows and waiting sequences take their place (compaction and refill).
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ from memrisk.distance import (
 from memrisk.errors import MemriskError
 from memrisk.extraction.inputs import as_model, padded, prefix_suffix_pairs
 from memrisk.extraction.probabilistic import verbatim_scores
+from memrisk.models.shares import dealt, run_shares, share_count
 from memrisk.models.backend import DecodeState, LanguageModel
 from memrisk.signature import signature
 
@@ -211,22 +213,22 @@ class _BeamSearch:
         self.searches = [_Search(i) for i in range(len(prefixes))]
         self.stopped = torch.zeros(len(prefixes), dtype=torch.bool, device=device)
 
-    def run(self, progress: bool) -> list[_Search]:
-        """Process every sequence, refilling the pool as sequences finish."""
-        pending = deque(range(len(self.prefixes)))
+    def run(self, windows: Sequence[int], advance: Callable[[int], Any], stop: threading.Event) -> list[_Search]:
+        """Process the sequences `windows`, refilling the pool as sequences finish; `advance` hears how many finish each
+        step. Returns early, unfinished, once `stop` is set (another share failed)."""
+        pending = deque(windows)
         state: DecodeState | None = None
         rows: _Rows | None = None
-        bar = tqdm(total=len(pending), desc="CBS", unit="seq", disable=not progress)
-        while pending or rows is not None:
-            room = self._room(rows)
-            if room > 0 and pending:
-                if not self.compaction:
-                    state, rows = None, None
-                fresh = [pending.popleft() for _ in range(min(room, len(pending)))]
-                state, rows = self._admit(fresh, state, rows)
-            state, rows, finished = self._step(state, rows)
-            bar.update(finished)
-        bar.close()
+        with torch.inference_mode():
+            while (pending or rows is not None) and not stop.is_set():
+                room = self._room(rows)
+                if room > 0 and pending:
+                    if not self.compaction:
+                        state, rows = None, None
+                    fresh = [pending.popleft() for _ in range(min(room, len(pending)))]
+                    state, rows = self._admit(fresh, state, rows)
+                state, rows, finished = self._step(state, rows)
+                advance(finished)
         return self.searches
 
     def _room(self, rows: _Rows | None) -> int:
@@ -460,6 +462,16 @@ class _BeamSearch:
         return ended
 
 
+def _locked(update: Callable[[int], Any]) -> Callable[[int], None]:
+    """`update` called under a lock, for a progress bar that several shares advance."""
+    lock = threading.Lock()
+
+    def locked(n: int) -> None:
+        with lock:
+            update(n)
+    return locked
+
+
 def _closures(lm: LanguageModel, searches: list[_Search], prefixes: list[list[int]], suffixes: list[list[int]],
               policy: DecodingPolicy, limit: int) -> tuple[dict[int, list[tuple[tuple[int, ...], float, float]]], dict[int, int]]:
     """Teacher-force the single viable completion of each closable path (best `limit` per sequence).
@@ -506,6 +518,7 @@ def cbs(
     batch_size: int | None = None,
     compaction: bool = True,
     anchor: bool = True,
+    shares: int | None = None,
     progress: bool = False,
 ) -> list[CBSResult]:
     """Decoding-constrained beam search for every (prefix, suffix): certified bounds on p_{z,ε}.
@@ -523,7 +536,8 @@ def cbs(
     behaviour, for comparison). `anchor` keeps the
     target's own path in the beam (one extra row when the B best leave it out), so the lower
     bound at ε = 0 is p_z whenever the search is not stopped by τ_min; `anchor=False` is the
-    paper's Algorithms 1–3 exactly (docs/cbs.md).
+    paper's Algorithms 1–3 exactly (docs/cbs.md). On CPU the sequences are dealt into `shares` pools run side by side,
+    one thread each (default: one per thread while each pool keeps enough rows; `models.shares`), with the same results.
     """
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
@@ -532,12 +546,28 @@ def cbs(
     if tail_closure and prune != "hamming":
         raise MemriskError("tail_closure applies to Hamming-pruned search only (prune='hamming')")
     eos = lm.eos_token_id if eos_token_id == "auto" else eos_token_id
-    search = _BeamSearch(
-        lm, prefix_ids, suffix_ids, policy, beam_width, prune, epsilon, tau_min, tighter_levenshtein,
-        eos, max_children, batch_size or lm.batch_size, compaction, anchor,
-    )
+    batch = batch_size or lm.batch_size
+    count = share_count(lm, len(prefix_ids), beam_width + int(anchor), batch) if shares is None else shares
+    if count < 1:
+        raise MemriskError(f"shares must be >= 1, got {count}")
+    bar = tqdm(total=len(prefix_ids), desc="CBS", unit="seq", disable=not progress)
+    advance = _locked(bar.update)
+
+    def share(windows: list[int]) -> Callable[[LanguageModel, threading.Event], list[_Search]]:
+        def job(worker: LanguageModel, stop: threading.Event) -> list[_Search]:
+            search = _BeamSearch(
+                worker, prefix_ids, suffix_ids, policy, beam_width, prune, epsilon, tau_min, tighter_levenshtein,
+                eos, max_children, max(1, batch // count), compaction, anchor,
+            )
+            return search.run(windows, advance, stop)
+        return job
+
+    parts = dealt(len(prefix_ids), count)
+    ran = run_shares(lm, [share(windows) for windows in parts])
+    bar.close()
+    found = {i: share_searches[i] for windows, share_searches in zip(parts, ran) for i in windows}
+    searches = [found[i] for i in range(len(prefix_ids))]
     with torch.inference_mode():
-        searches = search.run(progress)
         closures, closure_evals = (
             _closures(lm, searches, prefix_ids, suffix_ids, policy, closure_limit or beam_width) if tail_closure else ({}, {})
         )

@@ -7,10 +7,12 @@ Full-vocabulary logits stay on the model's device; callers post-process them the
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import importlib.util
 import inspect
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -114,6 +116,7 @@ class LanguageModel:
         # the forward's KV-cache argument and output field: `cache` since transformers 5.24 deprecated `past_key_values`
         self._cache_name = "cache" if "cache" in parameters else "past_key_values"
         self._compiled: Any = None
+        self._replicas: list[LanguageModel] = []
         self.use_matmul(matmul)
 
     def use_matmul(self, library: str) -> None:
@@ -136,6 +139,21 @@ class LanguageModel:
         """
         if self._compiled is None:
             self._compiled = torch.compile(self.model, dynamic=True)
+
+    def replicas(self, count: int) -> list[LanguageModel]:
+        """This model and `count` − 1 copies of it for work run side by side (`models.shares`): the copies share its
+        weights and buffers, and have their own modules and config, so one copy's per-forward switches (the attention
+        kernel, the sliced output head) never reach a forward of another. Made once and kept."""
+        while len(self._replicas) < count - 1:
+            shared = {id(t): t for t in itertools.chain(self.model.parameters(), self.model.buffers())}
+            self._replicas.append(LanguageModel(
+                copy.deepcopy(self.model, shared), self.tokenizer, batch_size=self.batch_size, name=self.name,
+                revision=self.revision, bos_token_id=self.bos_token_id, matmul=self.matmul,
+            ))
+        for replica in self._replicas[: count - 1]:
+            if replica.matmul != self.matmul:
+                replica.use_matmul(self.matmul)
+        return [self, *self._replicas[: count - 1]]
 
     @property
     def compiled(self) -> bool:

@@ -1,0 +1,89 @@
+"""Shares of a batch run side by side (`models.shares`): the same searches, the model's weights shared, clean failures."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import memrisk
+from memrisk import DecodingPolicy
+from memrisk.extraction.cbs import cbs
+from memrisk.models.shares import SHARE_MIN_ROWS, dealt, run_shares, share_count
+from tests.conftest import tiny_gpt2
+
+CASES = [([1, 2, 3], [1, 2, 3, 4]), ([4, 5], [0, 0, 1, 1]), ([7], [6, 5, 4, 3]), ([2, 2, 6, 1], [3, 1, 3])] * 3
+
+
+@pytest.fixture(scope="module")
+def lm() -> memrisk.LanguageModel:
+    return memrisk.load_model(tiny_gpt2(vocab_size=8, seed=3), batch_size=4)
+
+
+@pytest.mark.parametrize("shares", [2, 3, 5])
+@pytest.mark.parametrize("prune", [None, "levenshtein"])
+def test_cbs_in_shares_finds_what_one_pool_finds(lm, shares, prune) -> None:
+    """The same candidates, stops and token counts. Floats to float32 rounding: this tiny model's batches (2–12 rows)
+    are small enough that a row's product may depend on its batch's size; SmolLM2's test checks the bits."""
+    prefixes, suffixes = [c[0] for c in CASES], [c[1] for c in CASES]
+    search = {"beam_width": 3, "prune": prune, "epsilon": 1, "batch_size": 4}
+    one = cbs(lm, prefixes, suffixes, DecodingPolicy(top_k=4), shares=1, **search)
+    split = cbs(lm, prefixes, suffixes, DecodingPolicy(top_k=4), shares=shares, **search)
+    for a, b in zip(one, split, strict=True):
+        assert [c.tokens for c in a.candidates] == [c.tokens for c in b.candidates]
+        assert [c.log_p for c in a.candidates] == pytest.approx([c.log_p for c in b.candidates], rel=1e-5)
+        assert (a.stop, a.token_evals, a.bank > 0) == (b.stop, b.token_evals, b.bank > 0)
+
+
+def test_replicas_share_the_weights_and_keep_their_own_modules(lm) -> None:
+    first, second = lm.replicas(2)
+    assert first is lm and lm.replicas(2)[1] is second
+    assert [p.data_ptr() for p in second.model.parameters()] == [p.data_ptr() for p in lm.model.parameters()]
+    assert second.model is not lm.model and second.model.config is not lm.model.config
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        assert torch.equal(second.model(ids).logits, lm.model(ids).logits)
+
+
+def test_a_failing_share_stops_the_others_and_its_error_is_raised_once_all_stop() -> None:
+    lm = memrisk.load_model(tiny_gpt2(), batch_size=2)
+    kept = torch.get_num_threads()
+    seen: dict[str, object] = {}
+
+    def fails(worker, stop):
+        raise ValueError("share 0 broke")
+
+    def waits(worker, stop):
+        seen["threads"] = torch.get_num_threads()
+        seen["stopped"] = stop.wait(timeout=30)
+        return "done"
+
+    with pytest.raises(ValueError, match="share 0 broke"):
+        run_shares(lm, [fails, waits])
+    assert seen == {"threads": 1, "stopped": True}
+    assert torch.get_num_threads() == kept
+    assert run_shares(lm, [lambda worker, stop: worker is lm]) == [True]
+
+
+def test_shares_deal_items_round_robin_and_keep_enough_rows_each(lm, monkeypatch) -> None:
+    assert dealt(7, 3) == [[0, 3, 6], [1, 4], [2, 5]]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert share_count(lm, items=8, rows_per_item=21, batch_size=8) == 2
+    assert share_count(lm, items=1, rows_per_item=21, batch_size=8) == 1
+    assert share_count(lm, items=8, rows_per_item=4, batch_size=4) == 1  # 2 rows a share
+    assert share_count(lm, items=8, rows_per_item=SHARE_MIN_ROWS, batch_size=2) == 2
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert share_count(lm, items=8, rows_per_item=21, batch_size=8) == 1
+
+
+def test_cbs_rejects_no_shares(lm) -> None:
+    with pytest.raises(memrisk.MemriskError, match="shares must be >= 1"):
+        cbs(lm, [[1]], [[2, 3]], shares=0)
+
+
+def test_every_share_runs_while_the_others_do() -> None:
+    """Side by side, not one after another: each job waits for the other to start."""
+    lm = memrisk.load_model(tiny_gpt2(), batch_size=2)
+    barrier = threading.Barrier(2, timeout=30)
+    assert run_shares(lm, [lambda worker, stop: barrier.wait() >= 0] * 2) == [True, True]
