@@ -25,6 +25,7 @@ import dataclasses
 import difflib
 import platform
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,7 +74,9 @@ def measured(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float, int]:
 
 
 class Breakdown:
-    """Wall seconds spent inside named functions during a run, by wrapping them (parts are disjoint: none calls another)."""
+    """Wall seconds spent inside named functions during a run, by wrapping them (parts are disjoint: none calls another).
+    Where a search runs in shares side by side (`models.shares`), each thread's seconds are summed and every share is
+    taken to last the whole run, so a part's share of the time is its seconds over shares × run."""
 
     PARTS = {
         "forward": (memrisk.LanguageModel, "step"),
@@ -97,6 +100,8 @@ class Breakdown:
         self.seconds = dict.fromkeys(self.PARTS, 0.0)
         self.products = 0.0
         self.steps = 0
+        self.threads: set[int] = set()
+        self.lock = threading.Lock()
         self.originals: dict[tuple[Any, str], Any] = {}
 
     def __enter__(self) -> Breakdown:
@@ -117,11 +122,13 @@ class Breakdown:
     def _timed(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
-            self.steps += name == "forward"
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[name] += time.perf_counter() - start
+                with self.lock:
+                    self.seconds[name] += time.perf_counter() - start
+                    self.steps += name == "forward"
+                    self.threads.add(threading.get_ident())
         return timed
 
     def _product(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -130,16 +137,29 @@ class Breakdown:
             try:
                 return original(*args, **kwargs)
             finally:
-                self.products += time.perf_counter() - start
+                with self.lock:
+                    self.products += time.perf_counter() - start
         return timed
+
+    @property
+    def shares(self) -> int:
+        """How many threads ran the search's forwards side by side."""
+        return max(1, len(self.threads))
+
+    @property
+    def share_products(self) -> float:
+        """The linear layers' products' seconds in one share (all shares' over their count)."""
+        return self.products / self.shares
 
     def line(self, total: float) -> str:
         """Each part's share of `total` seconds, and the linear layers' products within the forwards and prefills; the
         rest is the search's own Python and tensor bookkeeping."""
-        parts = [f"{name} {seconds / total:.0%}" for name, seconds in self.seconds.items()]
-        rest = total - sum(self.seconds.values())
-        return ("where the time goes: " + ", ".join(parts) + f", other bookkeeping and Python {rest / total:.0%}; "
-                f"the linear layers' products (within forward and prefill) {self.products / total:.0%}")
+        spent = total * self.shares
+        parts = [f"{name} {seconds / spent:.0%}" for name, seconds in self.seconds.items()]
+        rest = spent - sum(self.seconds.values())
+        shared = f" (summed over {self.shares} shares side by side)" if self.shares > 1 else ""
+        return (f"where the time goes{shared}: " + ", ".join(parts) + f", other bookkeeping and Python {rest / spent:.0%}; "
+                f"the linear layers' products (within forward and prefill) {self.products / spent:.0%}")
 
 
 def machine() -> str:
@@ -234,7 +254,8 @@ def main() -> None:
             f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak", ">= 60%",
             f"{evals / len(found):.0f} token evals/window; " + memory_note(cbs_peak, args.windows * (BEAMS + 1), 101, 1))
         prefill_evals = sum(len(p) + int(lm.bos_token_id is not None) for p in copy_prefixes)
-        print(f"  CBS: {(evals - prefill_evals) / breakdown.steps:.0f} rows per decode step; " + breakdown.line(cbs_s), flush=True)
+        print(f"  CBS: {(evals - prefill_evals) / breakdown.steps:.0f} rows per decode step of a share; "
+              + breakdown.line(cbs_s), flush=True)
 
         k_cbs = {"beam_width": BEAMS, "prune": None, "batch_size": args.windows}
         searches, stock, same = [], [], []
@@ -249,11 +270,13 @@ def main() -> None:
             lm.use_matmul(library)
         (kcbs_s, k_breakdown), stock_s = min(searches, key=lambda search: search[0]), min(stock)
         _, anchored_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, anchor=True, **k_cbs))
+        _, one_pool_s, _ = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, anchor=False, shares=1, **k_cbs))
         row(f"k-CBS (Algorithm 1), B={BEAMS}" + tag, f"{kcbs_s / stock_s:.2f}x the time of generate(num_beams={BEAMS})",
-            "<= 0.5", f"{kcbs_s:.1f} s against {stock_s:.1f} s (each the best of {PAIRED_ROUNDS}, alternated); anchored "
-            f"(memrisk's default, the target's path as row B + 1): {anchored_s / stock_s:.2f}x")
+            "<= 0.5", f"{kcbs_s:.1f} s against {stock_s:.1f} s (each the best of {PAIRED_ROUNDS}, alternated), in "
+            f"{k_breakdown.shares} share{'s' if k_breakdown.shares > 1 else ''}; as one pool on {torch.get_num_threads()} threads {one_pool_s / stock_s:.2f}x "
+            f"({one_pool_s:.1f} s); anchored (memrisk's default, the target's path as row B + 1): {anchored_s / stock_s:.2f}x")
         print(f"  k-CBS: {k_breakdown.line(kcbs_s)}; its linear layers' products alone would be "
-              f"{k_breakdown.products / stock_s:.2f}x generate", flush=True)
+              f"{k_breakdown.share_products / stock_s:.2f}x generate", flush=True)
         if library != "blas":
             print(f"  k-CBS against generate with the same {library} layers installed: {kcbs_s / min(same):.2f}x "
                   f"({kcbs_s:.1f} s against {min(same):.1f} s)", flush=True)
