@@ -38,8 +38,8 @@ from memrisk.distance import (
 from memrisk.errors import MemriskError
 from memrisk.extraction.inputs import as_model, padded, prefix_suffix_pairs
 from memrisk.extraction.probabilistic import verbatim_scores
-from memrisk.models.shares import dealt, run_shares, share_count
 from memrisk.models.backend import DecodeState, LanguageModel
+from memrisk.models.shares import dealt, run_shares, share_count
 from memrisk.signature import signature
 
 PRUNE_MODES = (None, "hamming", "levenshtein")
@@ -537,7 +537,8 @@ def cbs(
     target's own path in the beam (one extra row when the B best leave it out), so the lower
     bound at ε = 0 is p_z whenever the search is not stopped by τ_min; `anchor=False` is the
     paper's Algorithms 1–3 exactly (docs/cbs.md). On CPU the sequences are dealt into `shares` pools run side by side,
-    one thread each (default: one per thread while each pool keeps enough rows; `models.shares`), with the same results.
+    one thread each (default: one per thread while each pool keeps enough rows), with the same results wherever each
+    forward holds rows enough (`models.shares`).
     """
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
@@ -563,8 +564,10 @@ def cbs(
         return job
 
     parts = dealt(len(prefix_ids), count)
-    ran = run_shares(lm, [share(windows) for windows in parts])
-    bar.close()
+    try:
+        ran = run_shares(lm, [share(windows) for windows in parts])
+    finally:
+        bar.close()
     found = {i: share_searches[i] for windows, share_searches in zip(parts, ran) for i in windows}
     searches = [found[i] for i in range(len(prefix_ids))]
     with torch.inference_mode():
