@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from memrisk import defaults
@@ -51,16 +51,19 @@ class ModelConfig(_Strict):
     matmul: Literal["blas", "onednn"] = defaults.MATMUL
     """The CPU library of the linear layers' products: torch's own BLAS, or oneDNN (faster where BLAS leaves AVX-512
     unused; numbers agree to float32 rounding, like another thread count)."""
+    shares: int | Literal["auto"] = defaults.SHARES
+    """CBS's sequences dealt into this many pools run side by side on CPU, one thread each; "auto": one per thread
+    where each pool keeps enough rows (models/shares.py). Faster on a few cores; floats agree to float32 rounding."""
 
-    @field_validator("batch_size", mode="before")
+    @field_validator("batch_size", "shares", mode="before")
     @classmethod
-    def _positive_or_auto(cls, value: Any) -> Any:
+    def _positive_or_auto(cls, value: Any, info: ValidationInfo) -> Any:
         if value == "auto" or (type(value) is int and value >= 1):
             return value
-        raise ValueError(f"batch_size must be a positive integer or 'auto', got {value!r}")
+        raise ValueError(f"{info.field_name} must be a positive integer or 'auto', got {value!r}")
 
 
-MODEL_RUNNING_KEYS = ("batch_size", "compile", "device_map", "threads", "matmul")
+MODEL_RUNNING_KEYS = ("batch_size", "compile", "device_map", "threads", "matmul", "shares")
 """ModelConfig keys that say how a model runs, not which results it gives (left out of a run's identity)."""
 
 HUB_KEYS = ("hf", "config", "split", "revision", "streaming")

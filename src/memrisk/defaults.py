@@ -22,4 +22,5 @@ MIA_BOOTSTRAP = 1000  # stratified bootstrap resamples behind each AUC and TPR i
 MIA_CONFIDENCE = 0.95  # level of those percentile intervals
 MIA_FPRS = (0.01, 0.001)  # false-positive rates at which the TPR is reported (Carlini et al. 2022's low-FPR regime)
 SHARD_SIZE = 64
+SHARES = 1  # CBS pools run side by side on CPU (models/shares.py); "auto": one per thread, floats may differ at rounding
 MATMUL = "blas"  # the CPU library of the linear layers' products: torch's own; "onednn" agrees to float32 rounding

@@ -188,25 +188,32 @@ def test_model_at_steps_over_list_indexes_and_stops_at_plain_fields():
 # --- batch_size --------------------------------------------------------------------------------
 
 
-@given(st.integers(min_value=-10**6, max_value=10**6))
-def test_batch_size_accepts_exactly_the_positive_integers(n):
+@pytest.mark.parametrize("field", ["batch_size", "shares"])
+@given(n=st.integers(min_value=-10**6, max_value=10**6))
+def test_batch_size_and_shares_accept_exactly_the_positive_integers(field, n):
     if n >= 1:
-        assert ModelConfig(name="m", batch_size=n).batch_size == n
+        assert getattr(ModelConfig(name="m", **{field: n}), field) == n
     else:
-        with pytest.raises(ValidationError, match=f"batch_size must be a positive integer or 'auto', got {n}"):
-            ModelConfig(name="m", batch_size=n)
+        with pytest.raises(ValidationError, match=f"{field} must be a positive integer or 'auto', got {n}"):
+            ModelConfig(name="m", **{field: n})
 
 
+@pytest.mark.parametrize("field", ["batch_size", "shares"])
 @pytest.mark.parametrize("value", [True, 8.0, "8", "big", None])
-def test_batch_size_refuses_look_alikes_of_integers(value):
+def test_batch_size_and_shares_refuse_look_alikes_of_integers(field, value):
     """True == 1 and 8.0 == 8, but neither is an int: refused, not coerced."""
-    assert error_of(BASE | {"model": {"name": "m", "batch_size": value}}) == (
-        f"invalid config: model.batch_size: batch_size must be a positive integer or 'auto', got {value!r}"
+    assert error_of(BASE | {"model": {"name": "m", field: value}}) == (
+        f"invalid config: model.{field}: {field} must be a positive integer or 'auto', got {value!r}"
     )
 
 
-def test_batch_size_auto_is_accepted():
-    assert parse_config(BASE | {"model": {"name": "m", "batch_size": "auto"}}).model.batch_size == "auto"
+@pytest.mark.parametrize("field", ["batch_size", "shares"])
+def test_batch_size_and_shares_auto_are_accepted(field):
+    assert getattr(parse_config(BASE | {"model": {"name": "m", field: "auto"}}).model, field) == "auto"
+
+
+def test_cbs_runs_in_one_pool_unless_shares_are_asked_for():
+    assert parse_config(BASE).model.shares == 1
 
 
 # --- cross-field rules -----------------------------------------------------------------------

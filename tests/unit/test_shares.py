@@ -21,7 +21,7 @@ def lm() -> memrisk.LanguageModel:
     return memrisk.load_model(tiny_gpt2(vocab_size=8, seed=3), batch_size=4)
 
 
-@pytest.mark.parametrize("shares", [2, 3, 5])
+@pytest.mark.parametrize("shares", [2, 3, 5, "auto"])
 @pytest.mark.parametrize("prune", [None, "levenshtein"])
 def test_cbs_in_shares_finds_what_one_pool_finds(lm, shares, prune) -> None:
     """The same candidates, stops and token counts. Floats to float32 rounding: this tiny model's batches (2–12 rows)
@@ -77,9 +77,21 @@ def test_shares_deal_items_round_robin_and_keep_enough_rows_each(lm, monkeypatch
     assert share_count(lm, items=8, rows_per_item=21, batch_size=8) == 1
 
 
-def test_cbs_rejects_no_shares(lm) -> None:
-    with pytest.raises(memrisk.MemriskError, match="shares must be >= 1"):
-        cbs(lm, [[1]], [[2, 3]], shares=0)
+@pytest.mark.parametrize("shares", [0, 1.0, "two"])
+def test_cbs_rejects_shares_that_are_not_a_count(lm, shares) -> None:
+    with pytest.raises(memrisk.MemriskError, match="shares must be a positive integer or 'auto'"):
+        cbs(lm, [[1]], [[2, 3]], shares=shares)
+
+
+def test_a_run_passes_its_models_shares_to_cbs(lm, monkeypatch) -> None:
+    from memrisk.config import parse_config
+    from memrisk.methods import cbs as cbs_method
+
+    seen = {}
+    monkeypatch.setattr(cbs_method, "cbs", lambda *args, **kwargs: seen.update(kwargs))
+    config = parse_config({"model": {"name": "m", "shares": "auto"}, "datasets": [{"name": "d", "documents": ["a b"]}]})
+    cbs_method.run_cbs(config, lm, [[1]], [[2, 3]])
+    assert seen["shares"] == "auto"
 
 
 def test_every_share_runs_while_the_others_do() -> None:

@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from tqdm.auto import tqdm
@@ -518,7 +518,7 @@ def cbs(
     batch_size: int | None = None,
     compaction: bool = True,
     anchor: bool = True,
-    shares: int | None = None,
+    shares: int | Literal["auto"] = defaults.SHARES,
     progress: bool = False,
 ) -> list[CBSResult]:
     """Decoding-constrained beam search for every (prefix, suffix): certified bounds on p_{z,ε}.
@@ -536,9 +536,9 @@ def cbs(
     behaviour, for comparison). `anchor` keeps the
     target's own path in the beam (one extra row when the B best leave it out), so the lower
     bound at ε = 0 is p_z whenever the search is not stopped by τ_min; `anchor=False` is the
-    paper's Algorithms 1–3 exactly (docs/cbs.md). On CPU the sequences are dealt into `shares` pools run side by side,
-    one thread each (default: one per thread while each pool keeps enough rows), with the same results wherever each
-    forward holds rows enough (`models.shares`).
+    paper's Algorithms 1–3 exactly (docs/cbs.md). On CPU the sequences can be dealt into `shares` pools run side by
+    side, one thread each ('auto': one per thread while each pool keeps enough rows): faster on a few cores, with the
+    same results, floats aside where a forward holds few rows (`models.shares`).
     """
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
@@ -548,9 +548,9 @@ def cbs(
         raise MemriskError("tail_closure applies to Hamming-pruned search only (prune='hamming')")
     eos = lm.eos_token_id if eos_token_id == "auto" else eos_token_id
     batch = batch_size or lm.batch_size
-    count = share_count(lm, len(prefix_ids), beam_width + int(anchor), batch) if shares is None else shares
-    if count < 1:
-        raise MemriskError(f"shares must be >= 1, got {count}")
+    if shares != "auto" and (type(shares) is not int or shares < 1):
+        raise MemriskError(f"shares must be a positive integer or 'auto', got {shares!r}")
+    count = share_count(lm, len(prefix_ids), beam_width + int(anchor), batch) if shares == "auto" else shares
     bar = tqdm(total=len(prefix_ids), desc="CBS", unit="seq", disable=not progress)
     advance = _locked(bar.update)
 

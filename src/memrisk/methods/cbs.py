@@ -32,7 +32,7 @@ def run_cbs(config: ExperimentConfig, lm: LanguageModel, prefixes: list[list[int
     settings = {
         "beam_width": c.beam_width, "prune": c.prune_mode, "epsilon": c.epsilon,
         "tau_min": config.tau_min if c.tau_min_stop else None, "tighter_levenshtein": c.tighter_levenshtein,
-        "tail_closure": c.tail_closure, "max_children": c.max_children, "anchor": c.anchor,
+        "tail_closure": c.tail_closure, "max_children": c.max_children, "anchor": c.anchor, "shares": config.model.shares,
     } | override
     return cbs(lm, prefixes, suffixes, config.cbs_policy().policy(), **settings)
 

@@ -4,14 +4,15 @@ Part of the model backend. A decode step spends a fifth of its time outside the 
 attention's small products, norms and top-k, most of which leave one of two cores idle. Splitting the work into
 shares, each on its own copy of the model (`LanguageModel.replicas`, the weights shared) in its own Python thread with
 one intra-op thread, lets one share's overhead run while the other's products do. On SmolLM2's k-CBS (8 windows,
-B = 20, 2 cores) two shares took 0.85–0.88× the time of one batch on two threads.
+B = 20, 2 cores) two shares took 0.84–0.98× the time of one batch on two threads.
 
 A row's numbers stay the same wherever each forward holds rows enough: torch's products compute a row alike at one
 thread and at two, in any batch but a small one (measured on the development CPU: one-thread products differ from a
-large batch's at 1–3 rows, two-thread ones at 1–3, 5–7 and 9–11). Shares are made only where each pool holds
-`SHARE_MIN_ROWS` rows at full width. Where a forward still holds so few rows (a pruned search's narrowest steps, or a
+large batch's at 1–3 rows, two-thread ones at 1–3, 5–7 and 9–11). `shares: auto` makes shares only where each pool
+holds `SHARE_MIN_ROWS` rows at full width. Where a forward still holds so few rows (a pruned search's narrowest steps, or a
 prefill's output head, a row per window admitted at once), those rows' floats may differ from one pool's at float32
-rounding, as between two batch sizes today (docs/performance.md); k-CBS and the benchmark's CBS give the same bits.
+rounding, as between two batch sizes today (docs/performance.md): k-CBS and the benchmark's CBS give the same bits,
+`memrisk demo`'s pruned CBS bounds differ at about 10⁻⁷. So one pool stays the default (`model.shares`).
 """
 
 from __future__ import annotations
