@@ -53,7 +53,8 @@ class ModelConfig(_Strict):
     unused; numbers agree to float32 rounding, like another thread count)."""
     shares: int | Literal["auto"] = defaults.SHARES
     """CBS's sequences dealt into this many pools run side by side on CPU, one thread each; "auto": one per thread
-    where each pool keeps enough rows (models/shares.py). Faster on a few cores; floats agree to float32 rounding."""
+    where each pool keeps enough rows (models/shares.py). Often faster on a few cores (docs/performance.md); floats agree
+    to float32 rounding."""
 
     @field_validator("batch_size", "shares", mode="before")
     @classmethod
