@@ -7,8 +7,8 @@ Each side runs `memrisk run` on a SmolLM2 config with every method (windows of P
 LICENSE text, and a control), and `memrisk demo`, from its own source tree; then every record
 column and every JSON and YAML file of the folders are compared exactly. Keys named with --ignore
 are left out of that comparison; by default those that commits after 84a2bec add: `signatures`
-(summary.json), `mc` (config.yaml: the Monte Carlo section, unused by these runs) and the datasets'
-`duplicates` and `near_duplicates` (config.yaml). The records' wall-time columns (`seconds.*`) are
+(summary.json), `mc` (config.yaml: the Monte Carlo section, unused by these runs), the datasets'
+`duplicates` and `near_duplicates` and the model's `shares` (config.yaml; one pool, as before, unless set). The records' wall-time columns (`seconds.*`) are
 measurements and are always left out. Prints one line per file and exits 1 on any difference.
 """
 
@@ -105,7 +105,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", help="the commit to compare the working tree with")
     parser.add_argument("--no-demo", action="store_true", help="compare the SmolLM2 run only")
-    parser.add_argument("--ignore", nargs="*", default=["signatures", "mc", "duplicates", "near_duplicates"], help="JSON keys left out of the comparison")
+    parser.add_argument("--ignore", nargs="*", default=["signatures", "mc", "duplicates", "near_duplicates", "shares"], help="JSON keys left out of the comparison")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
