@@ -4,7 +4,8 @@ Part of the model backend. A decode step spends a fifth of its time outside the 
 attention's small products, norms and top-k, most of which leave one of two cores idle. Splitting the work into
 shares, each on its own copy of the model (`LanguageModel.replicas`, the weights shared) in its own Python thread with
 one intra-op thread, lets one share's overhead run while the other's products do. On SmolLM2's k-CBS (8 windows,
-B = 20, 2 cores) two shares took 0.84–0.98× the time of one batch on two threads.
+B = 20, 2 cores) two shares took 0.84–0.98× the time of one batch on two threads in a slow hour of the development
+machine, and 0.98–1.05× in a fast one (docs/performance.md).
 
 A row's numbers stay the same wherever each forward holds rows enough: torch's products compute a row alike at one
 thread and at two, in any batch but a small one (measured on the development CPU: one-thread products differ from a
