@@ -99,3 +99,19 @@ def test_every_share_runs_while_the_others_do() -> None:
     lm = memrisk.load_model(tiny_gpt2(), batch_size=2)
     barrier = threading.Barrier(2, timeout=30)
     assert run_shares(lm, [lambda worker, stop: barrier.wait() >= 0] * 2) == [True, True]
+
+
+def test_replicas_of_a_onednn_model_multiply_with_their_own_layers_and_follow_its_library() -> None:
+    """Each copy's oneDNN forwards are bound to its own layers (a deep copy would otherwise keep the original's), give
+    the original's logits, and a later `use_matmul` on the original reaches the copies when they are next handed out."""
+    from tests.unit.test_linears import tiny_llama
+
+    lm = memrisk.load_model(tiny_llama(), matmul="onednn")
+    replica = lm.replicas(2)[1]
+    layers = [m for m in replica.model.modules() if type(m) is torch.nn.Linear]
+    assert layers and all(vars(m)["forward"].__self__ is m for m in layers)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        assert torch.equal(replica.model(ids).logits, lm.model(ids).logits)
+    lm.use_matmul("blas")
+    assert lm.replicas(2)[1].matmul == "blas" and not any("forward" in vars(m) for m in layers)
