@@ -15,8 +15,7 @@ the beams to a few rows, and a decode step of few rows is bound by reading the w
 2 × parameters per token evaluation (CBS paper App. C.3). Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
 per figure) plus the weights, next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
 budgets for them (`memory.sequence_bytes`). Where a search's time goes is printed under it, from one more run with
-timers around its parts (they cost time of their own, more so with shares side by side), its linear layers'
-products timed apart: for k-CBS, those products alone against `generate` are the floor of its ratio at that library's
+timers around its parts (they cost time of their own), its linear layers' products timed apart: for k-CBS, those products alone against `generate` are the floor of its ratio at that library's
 speed. Goals (issue 21) are printed beside each figure.
 """
 
@@ -27,7 +26,6 @@ import dataclasses
 import difflib
 import platform
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,9 +74,7 @@ def measured(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float, int]:
 
 
 class Breakdown:
-    """Wall seconds spent inside named functions during a run, by wrapping them (parts are disjoint: none calls another).
-    Where a search runs in shares side by side (`models.shares`), each thread's seconds are summed and every share is
-    taken to last the whole run, so a part's share of the time is its seconds over shares × run."""
+    """Wall seconds spent inside named functions during a run, by wrapping them (parts are disjoint: none calls another)."""
 
     PARTS = {
         "forward": (memrisk.LanguageModel, "step"),
@@ -102,8 +98,6 @@ class Breakdown:
         self.seconds = dict.fromkeys(self.PARTS, 0.0)
         self.products = 0.0
         self.steps = 0
-        self.threads: set[int] = set()
-        self.lock = threading.Lock()
         self.originals: dict[tuple[Any, str], Any] = {}
 
     def __enter__(self) -> Breakdown:
@@ -124,13 +118,11 @@ class Breakdown:
     def _timed(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
+            self.steps += name == "forward"
             try:
                 return original(*args, **kwargs)
             finally:
-                with self.lock:
-                    self.seconds[name] += time.perf_counter() - start
-                    self.steps += name == "forward"
-                    self.threads.add(threading.get_ident())
+                self.seconds[name] += time.perf_counter() - start
         return timed
 
     def _product(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -139,29 +131,16 @@ class Breakdown:
             try:
                 return original(*args, **kwargs)
             finally:
-                with self.lock:
-                    self.products += time.perf_counter() - start
+                self.products += time.perf_counter() - start
         return timed
-
-    @property
-    def shares(self) -> int:
-        """How many threads ran the search's forwards side by side."""
-        return max(1, len(self.threads))
-
-    @property
-    def share_products(self) -> float:
-        """The linear layers' products' seconds in one share (all shares' over their count)."""
-        return self.products / self.shares
 
     def line(self, total: float) -> str:
         """Each part's share of `total` seconds, and the linear layers' products within the forwards and prefills; the
         rest is the search's own Python and tensor bookkeeping."""
-        spent = total * self.shares
-        parts = [f"{name} {seconds / spent:.0%}" for name, seconds in self.seconds.items()]
-        rest = spent - sum(self.seconds.values())
-        shared = f" (summed over {self.shares} shares side by side)" if self.shares > 1 else ""
-        return (f"where the time goes{shared}: " + ", ".join(parts) + f", other bookkeeping and Python {rest / spent:.0%}; "
-                f"the linear layers' products (within forward and prefill) {self.products / spent:.0%}")
+        parts = [f"{name} {seconds / total:.0%}" for name, seconds in self.seconds.items()]
+        rest = total - sum(self.seconds.values())
+        return ("where the time goes: " + ", ".join(parts) + f", other bookkeeping and Python {rest / total:.0%}; "
+                f"the linear layers' products (within forward and prefill) {self.products / total:.0%}")
 
 
 def machine() -> str:
@@ -260,7 +239,7 @@ def main() -> None:
         with Breakdown() as breakdown:
             _, timed_s, _ = measured(lambda: memrisk.cbs(lm, copy_prefixes, copy_suffixes, TOP_K, **search))
         print(f"  CBS, timed once more by parts ({timed_s:.1f} s with the timers): {(evals - prefill_evals) / breakdown.steps:.0f} "
-              f"rows per decode step of a share; " + breakdown.line(timed_s), flush=True)
+              f"rows per decode step; " + breakdown.line(timed_s), flush=True)
 
         k_cbs = {"beam_width": BEAMS, "prune": None, "batch_size": args.windows}
         searches: list[float] = []
@@ -283,7 +262,7 @@ def main() -> None:
             f"shares: auto {shared_s / stock_s:.2f}x ({shared_s:.1f} s, alternated with both); anchored (memrisk's "
             f"default, the target's path as row B + 1): {anchored_s / stock_s:.2f}x")
         print(f"  k-CBS, timed once more by parts ({timed_s:.1f} s with the timers): {k_breakdown.line(timed_s)}; its "
-              f"linear layers' products alone would be {k_breakdown.share_products / stock_s:.2f}x generate", flush=True)
+              f"linear layers' products alone would be {k_breakdown.products / stock_s:.2f}x generate", flush=True)
         if library != "blas":
             print(f"  k-CBS against generate with the same {library} layers installed: {kcbs_s / min(same):.2f}x "
                   f"({kcbs_s:.1f} s against {min(same):.1f} s)", flush=True)
