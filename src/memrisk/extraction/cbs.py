@@ -537,8 +537,8 @@ def cbs(
     target's own path in the beam (one extra row when the B best leave it out), so the lower
     bound at ε = 0 is p_z whenever the search is not stopped by τ_min; `anchor=False` is the
     paper's Algorithms 1–3 exactly (docs/cbs.md). On CPU the sequences can be dealt into `shares` pools run side by
-    side, one thread each ('auto': one per thread while each pool keeps enough rows): faster on a few cores, with the
-    same results, floats aside where a forward holds few rows (`models.shares`).
+    side, one thread each ('auto': one per thread while each pool keeps enough rows): at times faster on a few cores,
+    with the same results, floats aside where a forward holds few rows (`models.shares`, docs/performance.md).
     """
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
