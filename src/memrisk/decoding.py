@@ -85,6 +85,13 @@ class DecodingPolicy:
         """Whether top-p truncation applies."""
         return self.top_p is not None and self.top_p < 1.0 and not self.is_greedy
 
+    def deciding_logits(self, vocab: int) -> int | None:
+        """How many of a row's largest logits decide `top_children`, `score` and `sample`: k + 1 for a plain top-k
+        policy (the (k + 1)-th tells a tie at the k-th place), whatever the smaller logits are, as long as they stay
+        below those; None where the whole distribution counts (a nucleus, or no top-k)."""
+        k = self._k(vocab)
+        return k + 1 if k < vocab and not self._nucleus else None
+
     def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Policy log-probabilities over the last axis (float32; -inf outside the kept set)."""
         scaled = self._scaled(logits)

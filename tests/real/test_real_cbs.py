@@ -61,3 +61,23 @@ def test_k_cbs_dealt_into_two_shares_gives_the_one_pool_results_bit_for_bit(smol
         torch.set_num_threads(kept)
     assert len(one[0].candidates) == 8 * 40
     assert one == two
+
+
+def test_k_cbs_with_the_screened_head_gives_the_full_heads_results_bit_for_bit(smollm2, monkeypatch) -> None:
+    """SmolLM2's head screened by oneDNN's logits (forced on, whatever this machine's speeds) against BLAS's full head,
+    on 2 windows × B = 20 rows a step: every float equal, and each step's exact columns a few percent of 49,152."""
+    from memrisk.models import linears
+
+    ids = smollm2.encode(MIT)
+    prefixes, suffixes = [ids[0:16], ids[8:24]], [ids[16:24], ids[24:32]]
+    search = {"beam_width": 20, "prune": None, "anchor": False, "batch_size": 2}
+    widths: list[int] = []
+    product = linears.column_logits
+    monkeypatch.setattr(linears, "column_logits", lambda rows, weight, columns: widths.append(len(columns)) or product(rows, weight, columns))
+    monkeypatch.setattr(linears.HeadScreen, "pays", lambda self, sliced: True)
+    screened = memrisk.cbs(smollm2, prefixes, suffixes, DecodingPolicy(top_k=40), **search)
+    monkeypatch.setattr(linears.HeadScreen, "pays", lambda self, sliced: False)
+    full = memrisk.cbs(smollm2, prefixes, suffixes, DecodingPolicy(top_k=40), **search)
+    print(f"exact columns per screened step: {widths}")
+    assert len(widths) == 7 and max(widths) < 0.05 * smollm2.vocab_size  # every step after the prefill, screened
+    assert screened == full

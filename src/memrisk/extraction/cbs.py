@@ -204,6 +204,7 @@ class _BeamSearch:
         self.beam_width, self.prune, self.epsilon, self.tighter, self.anchor = beam_width, prune, epsilon, tighter, anchor
         self.eos, self.batch_size, self.compaction = eos_token_id, batch_size, compaction
         self.children = min(max_children, policy.top_k or lm.vocab_size, lm.vocab_size)
+        self.deciding = policy.deciding_logits(lm.vocab_size)
         capped = self.children < min(policy.top_k or lm.vocab_size, lm.vocab_size)
         most_finals = (beam_width + int(anchor)) * (self.children + int(anchor and capped))
         self.log_tau_beam = math.log(tau_beam(tau_min, most_finals)) if tau_min is not None else None
@@ -352,7 +353,7 @@ class _BeamSearch:
             parents, new_rows, tokens = self._pad_beams(rows, parents, new_rows, tokens)
         if len(parents) == 0 or not bool((~new_rows.ghost).any()):
             return None, None, finished
-        state = self.lm.step(self.lm.select_rows(state, parents), tokens)
+        state = self.lm.step(self.lm.select_rows(state, parents), tokens, self.deciding)
         return state, new_rows, finished
 
     def _pad_beams(

@@ -139,7 +139,7 @@ def _sample(lm: LanguageModel, prefilled: DecodeState, parents: torch.Tensor, un
     for t in range(uniforms.shape[1]):
         tokens.append(policy.sample(state.logits, uniforms=uniforms[:, t]))
         if t + 1 < uniforms.shape[1]:
-            state = lm.step(state, tokens[-1])
+            state = lm.step(state, tokens[-1], policy.deciding_logits(lm.vocab_size))
     return torch.stack(tokens, dim=1).cpu().numpy()
 
 

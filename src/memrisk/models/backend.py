@@ -117,6 +117,7 @@ class LanguageModel:
         self._cache_name = "cache" if "cache" in parameters else "past_key_values"
         self._compiled: Any = None
         self._replicas: list[LanguageModel] = []
+        self._screen: linears.HeadScreen | None = None
         self.use_matmul(matmul)
 
     def use_matmul(self, library: str) -> None:
@@ -153,6 +154,7 @@ class LanguageModel:
         for replica in self._replicas[: count - 1]:
             if replica.matmul != self.matmul:
                 replica.use_matmul(self.matmul)
+            replica._screen = self._head_screen()
         return [self, *self._replicas[: count - 1]]
 
     @property
@@ -305,11 +307,11 @@ class LanguageModel:
                 mask[i, width - len(row):] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    def _call(self, **inputs: Any) -> Any:
-        """The model's forward with the `matmul` setting's CPU kernels (`linears`), or compiled when asked; a compiler
-        failure is a MemriskError."""
+    def _call(self, top: int | None = None, **inputs: Any) -> Any:
+        """The model's forward with the `matmul` setting's CPU kernels (`linears`; with `top`, for a reader of each row's
+        `top` largest logits only), or compiled when asked; a compiler failure is a MemriskError."""
         if self._compiled is None:
-            with linears.running(self.model, self.matmul):
+            with linears.running(self.model, self.matmul, self._head_screen() if top else None, top):
                 return self.model(**inputs)
         from torch._dynamo.exc import BackendCompilerFailed
 
@@ -320,6 +322,13 @@ class LanguageModel:
             raise MemriskError(
                 f"torch.compile could not compile {self.name}: {type(cause).__name__}: {first_line(cause)}; load it without compile"
             ) from exc
+
+    def _head_screen(self) -> linears.HeadScreen | None:
+        """The screen of this model's output head (`linears.ScreenedHead`), made on first use; None where the head is
+        not BLAS's to slice."""
+        if self._screen is None and linears.sliceable(self.model):
+            self._screen = linears.HeadScreen(self.model.get_output_embeddings().weight)
+        return self._screen
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, keep: int | torch.Tensor | None = None, **kwargs: Any) -> Any:
         """One forward pass with explicit positions, so left padding does not shift them. Logits are computed only where
@@ -370,23 +379,29 @@ class LanguageModel:
             return DecodeState(SharedPrefixCache.from_prefill(out[self._cache_name], mask), None, mask.sum(-1), out.logits[:, -1])
         return DecodeState(kvcache.adopt(out[self._cache_name]), mask, mask.sum(-1), out.logits[:, -1])
 
-    def _call_shared(self, cache: SharedPrefixCache, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """A forward of `ids` [rows, q] continuing a shared-prefix cache; returns the logits [rows, q, V]."""
+    def _call_shared(
+        self, cache: SharedPrefixCache, ids: torch.Tensor, positions: torch.Tensor, top: int | None = None
+    ) -> torch.Tensor:
+        """A forward of `ids` [rows, q] continuing a shared-prefix cache; returns the logits [rows, q, V] (with `top`,
+        exact at each row's `top` largest only, as `step` says)."""
         with shared_prefix.attention(self.model):
             out = self._call(
-                input_ids=ids.to(self.device), attention_mask=_PREPARED_MASK, position_ids=positions,
+                top, input_ids=ids.to(self.device), attention_mask=_PREPARED_MASK, position_ids=positions,
                 use_cache=True, **{self._cache_name: cache, shared_prefix.CACHE_ARGUMENT: cache},
             )
         return out.logits
 
     @torch.inference_mode()
-    def step(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
-        """Append one token per row and return the state with the next-token logits."""
+    def step(self, state: DecodeState, tokens: torch.Tensor, top: int | None = None) -> DecodeState:
+        """Append one token per row and return the state with the next-token logits. A caller that reads only each
+        row's `top` largest logits (`DecodingPolicy.deciding_logits`) may say so: those, and any equal to the
+        `top`-th, are then the model's own, and the others may come back as smaller values (`linears.ScreenedHead`)."""
         if state.shared:
-            logits = self._call_shared(state.cache, tokens.view(-1, 1), state.next_position.view(-1, 1))
+            logits = self._call_shared(state.cache, tokens.view(-1, 1), state.next_position.view(-1, 1), top)
             return DecodeState(state.cache, None, state.next_position + 1, logits[:, -1])
         mask = torch.cat([state.attention_mask, state.attention_mask.new_ones(len(tokens), 1)], dim=-1)
         out = self._call(
+            top,
             input_ids=tokens.view(-1, 1).to(self.device),
             attention_mask=mask,
             position_ids=state.next_position.view(-1, 1),

@@ -1,0 +1,121 @@
+"""The screened output head (models/linears.py): for a reader of each row's top logits only, BLAS's own logits there.
+
+Equalities here are exact: the screened head's top logits are BLAS's products of the same rows (same threads, same row
+count), and a search that reads only those makes the same records bit for bit. Where the screen would change BLAS's
+bits on a machine (`HeadScreen.pays` checks it once), it stays off; the tests force it on to run its path."""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import memrisk
+from memrisk import DecodingPolicy
+from memrisk.models import linears
+
+TOP = 41  # top-k 40 reads 41 logits
+ROWS = 64  # ≥ SCREEN_ROWS_PER_THREAD × 2 threads
+
+
+@pytest.fixture
+def screened(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Screening forced on whatever this machine's speeds; returns a list that grows by one per exact column product."""
+    calls: list[int] = []
+    product = linears.column_logits
+    monkeypatch.setattr(linears.HeadScreen, "pays", lambda self, sliced: True)
+    monkeypatch.setattr(linears, "column_logits", lambda *args: calls.append(1) or product(*args))
+    return calls
+
+
+def heads(hidden_size: int = 256, vocab: int = 3000) -> tuple[torch.nn.Linear, linears.SlicedHead, linears.ScreenedHead]:
+    """A random bias-free head, its sliced and its screened forms."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(hidden_size, vocab, bias=False)
+    return head, linears.SlicedHead(head), linears.ScreenedHead(head, linears.HeadScreen(head.weight), TOP)
+
+
+def test_a_screened_head_gives_blas_bits_at_each_rows_top_and_smaller_values_below(screened: list[int]) -> None:
+    _, sliced, screen = heads()
+    hidden = torch.randn(ROWS, 256, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        full, fast = sliced(hidden), screen(hidden)
+    assert screened == [1]  # the screen ran, with one exact product
+    top = torch.topk(full, TOP, dim=-1)
+    fast_top = torch.topk(fast, TOP, dim=-1)
+    assert torch.equal(fast_top.values, top.values) and torch.equal(fast_top.indices, top.indices)
+    threshold = top.values[:, -1:]
+    at_top = full >= threshold
+    assert torch.equal(fast[at_top], full[at_top])
+    assert bool((fast[~at_top] < threshold.expand_as(full)[~at_top]).all())
+    assert not torch.equal(fast, full)  # below the top, oneDNN's values stayed
+
+
+def test_uncertified_rows_and_small_batches_get_the_full_sliced_head(screened: list[int]) -> None:
+    _, sliced, screen = heads()
+    flat = torch.zeros(ROWS, 256)  # every logit ties: no margin certifies any row's top
+    few = torch.randn(4, 256, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        assert torch.equal(screen(flat), sliced(flat))
+        assert torch.equal(screen(few), sliced(few))
+    assert screened == []
+
+
+def test_the_error_bound_covers_blas_against_onednn() -> None:
+    """2·γ_K·‖h‖·max‖w‖ against the measured difference, on rows scaled over six orders of magnitude."""
+    head, _, _ = heads(hidden_size=576, vocab=4096)
+    bound = linears.HeadScreen(head.weight)
+    generator = torch.Generator().manual_seed(3)
+    rows = torch.randn(ROWS, 576, generator=generator) * torch.logspace(-3, 3, ROWS).unsqueeze(1)
+    with torch.inference_mode():
+        difference = (rows @ head.weight.t() - linears.onednn_product(rows, head.weight)).abs().amax(dim=-1)
+    error = bound.error(rows)
+    assert bool((difference <= error).all())
+    assert bool((error < 1e-3 * rows.norm(dim=1) * head.weight.norm(dim=1).max()).all())  # and it is tight enough to use
+
+
+def test_the_screen_is_off_where_a_partial_product_would_change_blas_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, sliced, _ = heads()
+    exact = linears.HeadScreen(sliced.head.weight)
+    product = linears.column_logits
+    monkeypatch.setattr(linears, "column_logits", lambda *args: product(*args) + 1e-6)
+    with torch.inference_mode():
+        assert exact.pays(sliced) is False
+    monkeypatch.setattr(linears, "column_logits", lambda *args: pytest.fail("measured once per thread count"))
+    assert exact.pays(sliced) is False
+
+
+def test_the_policy_says_which_logits_decide() -> None:
+    assert DecodingPolicy(top_k=40).deciding_logits(100) == 41
+    assert DecodingPolicy.greedy().deciding_logits(100) == 2
+    assert DecodingPolicy(temperature=0.7, top_k=40).deciding_logits(100) == 41
+    assert DecodingPolicy(top_k=40, top_p=0.9).deciding_logits(100) is None
+    assert DecodingPolicy().deciding_logits(100) is None
+    assert DecodingPolicy(top_k=100).deciding_logits(100) is None
+
+
+@pytest.mark.parametrize("prune", [None, "levenshtein"])
+def test_cbs_and_monte_carlo_records_are_the_same_screened(screened: list[int], monkeypatch: pytest.MonkeyPatch, prune: str | None) -> None:
+    """k-CBS and an anchored Levenshtein CBS (4 windows × B = 20 rows a step), and Monte Carlo sampling of 64 rows, on a
+    random Llama whose hidden size (256) makes oneDNN's logits differ from BLAS's: every result equal, floats included, and the same tokens drawn, with the screen on and off."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=linears.VOCABULARY_SLICE + 300, hidden_size=256, intermediate_size=256, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    lm = memrisk.load_model(LlamaForCausalLM(config).eval())
+    generator = torch.Generator().manual_seed(4)
+    prefixes = torch.randint(0, linears.VOCABULARY_SLICE, (4, 6), generator=generator).tolist()
+    suffixes = torch.randint(0, linears.VOCABULARY_SLICE, (4, 5), generator=generator).tolist()
+    policy = DecodingPolicy(top_k=40)
+
+    def records() -> tuple[list[object], list[list[list[int]]]]:
+        drawn: list[list[list[int]]] = []
+        memrisk.monte_carlo(lm, prefixes[:1], suffixes[:1], policy, samples=64, epsilon=3, max_rows=64,
+                            on_samples=lambda example, tokens: drawn.append(numpy.asarray(tokens).tolist()))
+        assert sum(len(batch) for batch in drawn) == 64
+        return memrisk.cbs(lm, prefixes, suffixes, policy, beam_width=20, prune=prune, epsilon=3, batch_size=4), drawn
+
+    on = records()
+    assert screened
+    monkeypatch.setattr(linears.HeadScreen, "pays", lambda self, sliced: False)
+    assert records() == on
