@@ -12,7 +12,8 @@ SmolLM2-135M-Instruct; the windows are 50 + 50 tokens of standard-library docstr
 passage written twice and its suffix the same passage twice more, so the model continues the repetition and the search
 keeps full beams within ε = 5 (rows = windows × B, the printed rows per step); text the model cannot continue prunes
 the beams to a few rows, and a decode step of few rows is bound by reading the weights, not by arithmetic. FLOPs are
-2 × parameters per token evaluation (CBS paper App. C.3). Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
+2 × parameters per token evaluation (CBS paper App. C.3), also where BLAS's screened head (`linears.ScreenedHead`,
+for a top-k policy) multiplies only a few percent of the head's columns exactly. Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
 per figure) plus the weights, next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
 budgets for them (`memory.sequence_bytes`). Where a search's time goes is printed under it, from one more run with
 timers around its parts (they cost time of their own), its linear layers' products timed apart: for k-CBS, those products alone against `generate` are the floor of its ratio at that library's
@@ -89,10 +90,12 @@ class Breakdown:
     PRODUCTS = {
         "BLAS layer": (torch.nn.Linear, "forward"),
         "BLAS sliced head": (linears.SlicedHead, "forward"),
+        "BLAS head columns": (linears, "column_logits"),
         "oneDNN layer": (linears, "onednn_product"),
     }
     """The linear layers' matrix products inside the forwards and prefills (whichever library runs them; none calls
-    another), timed apart: the floor a search reaches with no other cost at this library's speed."""
+    another; a screened head's are oneDNN's logits and BLAS's columns), timed apart: the floor a search reaches with no
+    other cost at this library's speed."""
 
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(self.PARTS, 0.0)
