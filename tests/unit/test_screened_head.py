@@ -62,6 +62,23 @@ def test_uncertified_rows_and_small_batches_get_the_full_sliced_head(screened: l
     assert screened == []
 
 
+def test_below_full_float32_precision_the_head_is_not_screened(screened: list[int]) -> None:
+    """At torch's "medium" float32 precision oneDNN may multiply in bfloat16, past the bound the screen relies on."""
+    _, sliced, screen = heads()
+    hidden = torch.randn(ROWS, 256, generator=torch.Generator().manual_seed(1))
+    kept = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        with torch.inference_mode():
+            assert torch.equal(screen(hidden), sliced(hidden))
+    finally:
+        torch.set_float32_matmul_precision(kept)
+    assert screened == []
+    with torch.inference_mode():
+        screen(hidden)
+    assert screened == [1]
+
+
 def test_the_error_bound_covers_blas_against_onednn() -> None:
     """2·γ_K·‖h‖·max‖w‖ against the measured difference, on rows scaled over six orders of magnitude."""
     head, _, _ = heads(hidden_size=576, vocab=4096)

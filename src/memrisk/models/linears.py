@@ -31,8 +31,9 @@ import torch
 MATMUL_LIBRARIES = ("blas", "onednn")
 VOCABULARY_SLICE = 2048
 SCREEN_SPARE = 24
-"""Tokens a screened head takes past the ones its reader needs, so that the last of them certifies the rest: oneDNN's
-and BLAS's logits differ by about 10⁻⁵, and a row's 41st and 65th logits of SmolLM2 lie about 0.6 apart."""
+"""Tokens a screened head takes past the ones its reader needs, so that the last of them certifies the rest: for
+SmolLM2, oneDNN's logits are within about 0.03 of BLAS's (`HeadScreen.error`), and a row's 41st and 65th logits lie
+about 0.6 apart."""
 SCREEN_ROWS_PER_THREAD = 16
 """Fewest rows per thread a screened head runs: with fewer, MKL computes a logit of a product of a few rows in an order
 that depends on the product's columns (measured: up to 3 rows on one thread, up to 11 on two)."""
@@ -76,15 +77,16 @@ class HeadScreen:
 
     def __init__(self, weight: torch.Tensor) -> None:
         self.weight = weight
-        self._version = -1
+        self._version: tuple[int, int] | None = None
         self._norm = 0.0
         self._pays: dict[int, bool] = {}
 
     def error(self, rows: torch.Tensor) -> torch.Tensor:
         """Per row, a bound on |BLAS logit − oneDNN logit| over the vocabulary (float32, rounded up by 2%)."""
-        if self._version != self.weight._version:
+        version = (self.weight.data_ptr(), self.weight._version)
+        if self._version != version:
             self._norm = float(self.weight.double().norm(dim=1).max())
-            self._version = self.weight._version
+            self._version = version
         terms = self.weight.shape[1]
         gamma = terms * 2.0**-24 / (1 - terms * 2.0**-24)
         return 2.04 * gamma * self._norm * rows.norm(dim=1) + 1e-30
@@ -112,6 +114,13 @@ class HeadScreen:
                 if not torch.equal(column_logits(rows, self.weight, columns), full[:, columns]):
                     return False
             return _best_seconds(lambda: onednn_product(rows, self.weight)) < 0.8 * _best_seconds(lambda: sliced(rows))
+
+
+def full_float32() -> bool:
+    """Whether float32 products run at full float32 precision (torch's "highest"), as `HeadScreen.error`'s bound
+    assumes: a lower setting lets oneDNN multiply float32 in bfloat16."""
+    setting = getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", "none")
+    return torch.get_float32_matmul_precision() == "highest" and setting in ("none", "ieee")
 
 
 def _best_seconds(fn: Any, repeats: int = 3) -> float:
@@ -148,9 +157,10 @@ class ScreenedHead(torch.nn.Module):
         rows = hidden.reshape(-1, hidden.shape[-1])
         take = self.top + SCREEN_SPARE
         if (torch.is_grad_enabled() and (weight.requires_grad or hidden.requires_grad)) or take >= weight.shape[0] \
-                or rows.shape[0] < SCREEN_ROWS_PER_THREAD * torch.get_num_threads() or not self.screen.pays(sliced):
+                or rows.shape[0] < SCREEN_ROWS_PER_THREAD * torch.get_num_threads() or not full_float32() \
+                or not self.screen.pays(sliced):
             return sliced(hidden)
-        logits = onednn_product(rows, weight)
+        logits = onednn_product(rows.contiguous(), weight)
         error = self.screen.error(rows)
         largest = torch.topk(logits, take, dim=-1)
         certified = largest.values[:, -1] + error < largest.values[:, self.top - 1] - error
