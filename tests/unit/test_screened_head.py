@@ -16,7 +16,8 @@ from memrisk import DecodingPolicy
 from memrisk.models import linears
 
 TOP = 41  # top-k 40 reads 41 logits
-ROWS = 64  # ≥ SCREEN_ROWS_PER_THREAD × 2 threads
+ROWS = 64  # ≥ SCREEN_MIN_ROWS
+VOCAB = linears.SCREEN_MIN_SLICES * linears.VOCABULARY_SLICE + 300  # full slices and a partial one
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def screened(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def heads(hidden_size: int = 256, vocab: int = 3000) -> tuple[torch.nn.Linear, linears.SlicedHead, linears.ScreenedHead]:
+def heads(hidden_size: int = 256, vocab: int = VOCAB) -> tuple[torch.nn.Linear, linears.SlicedHead, linears.ScreenedHead]:
     """A random bias-free head, its sliced and its screened forms."""
     torch.manual_seed(0)
     head = torch.nn.Linear(hidden_size, vocab, bias=False)
@@ -50,6 +51,48 @@ def test_a_screened_head_gives_blas_bits_at_each_rows_top_and_smaller_values_bel
     assert torch.equal(fast[at_top], full[at_top])
     assert bool((fast[~at_top] < threshold.expand_as(full)[~at_top]).all())
     assert not torch.equal(fast, full)  # below the top, oneDNN's values stayed
+
+
+def test_a_tie_across_the_margin_widens_the_rows_screen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """60 equal weight rows make 60 logits tie at each row's top, past `top` + `SCREEN_SPARE`: no row is certified
+    until it takes `SCREEN_WIDER` times as many tokens; then the tied logits are BLAS's, every one."""
+    head, sliced, screen = heads()
+    generator = torch.Generator().manual_seed(6)
+    direction = torch.randn(256, generator=generator)
+    with torch.no_grad():
+        head.weight[:60] = direction / direction.norm()
+    hidden = (torch.randn(256, generator=generator) + 30 * direction / direction.norm()).expand(ROWS, 256).contiguous()
+    widths: list[int] = []
+    product = linears.column_logits
+    monkeypatch.setattr(linears.HeadScreen, "pays", lambda self, sliced: True)
+    monkeypatch.setattr(linears, "column_logits", lambda rows, weight, columns: widths.append(len(columns)) or product(rows, weight, columns))
+    with torch.inference_mode():
+        full, fast = sliced(hidden), screen(hidden)
+    assert len(widths) == 1 and widths[0] >= linears.SCREEN_WIDER * (TOP + linears.SCREEN_SPARE)
+    assert torch.equal(fast[:, :60], full[:, :60]) and bool((full[:, :60] == full[:, :1]).all())
+    top = torch.topk(full, TOP, dim=-1).values[:, -1:]
+    assert torch.equal(fast[full >= top], full[full >= top]) and bool((fast[full < top] < top.expand_as(full)[full < top]).all())
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_column_logits_are_the_sliced_heads_bits_at_any_width_and_thread_count(threads: int) -> None:
+    """Widths where a plain product of gathered columns sums in MKL's other order at 4 threads (17, 100 of K = 576),
+    groups past one slice, and columns in the partial last slice."""
+    head, sliced, _ = heads(hidden_size=576)
+    generator = torch.Generator().manual_seed(5)
+    hidden = torch.randn(40, 576, generator=generator)
+    kept = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            full = sliced(hidden)
+            for count in (1, 17, 100, linears.VOCABULARY_SLICE + 1, 3 * linears.VOCABULARY_SLICE):
+                columns = torch.randperm(VOCAB, generator=generator)[:count].sort().values
+                assert torch.equal(linears.column_logits(hidden, head.weight, columns), full[:, columns])
+            tail = torch.arange(VOCAB - 7, VOCAB)
+            assert torch.equal(linears.column_logits(hidden, head.weight, tail), full[:, tail])
+    finally:
+        torch.set_num_threads(kept)
 
 
 def test_uncertified_rows_and_small_batches_get_the_full_sliced_head(screened: list[int]) -> None:
@@ -117,7 +160,7 @@ def test_cbs_and_monte_carlo_records_are_the_same_screened(screened: list[int], 
     """k-CBS and an anchored Levenshtein CBS (4 windows × B = 20 rows a step), and Monte Carlo sampling of 64 rows, on a
     random Llama whose hidden size (256) makes oneDNN's logits differ from BLAS's: every result equal, floats included, and the same tokens drawn, with the screen on and off."""
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=linears.VOCABULARY_SLICE + 300, hidden_size=256, intermediate_size=256, num_hidden_layers=1,
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=256, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     lm = memrisk.load_model(LlamaForCausalLM(config).eval())
     generator = torch.Generator().manual_seed(4)

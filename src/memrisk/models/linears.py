@@ -30,15 +30,17 @@ import torch
 
 MATMUL_LIBRARIES = ("blas", "onednn")
 VOCABULARY_SLICE = 2048
-SCREEN_SPARE = 24
+SCREEN_SPARE = 12
 """Tokens a screened head takes past the ones its reader needs, so that the last of them certifies the rest: for
-SmolLM2, oneDNN's logits are within about 0.03 of BLAS's (`HeadScreen.error`), and a row's 41st and 65th logits lie
-about 0.6 apart."""
-SCREEN_ROWS_PER_THREAD = 16
-"""Fewest rows per thread a screened head runs: with fewer, MKL computes a logit of a product of a few rows in an order
-that depends on the product's columns (measured: up to 3 rows on one thread, up to 11 on two)."""
-SCREEN_MIN_COLUMNS = 16
-"""Fewest columns of an exact product: with fewer (up to 11 measured), MKL's order differs from the full head's."""
+SmolLM2, oneDNN's logits are within about 0.03 of BLAS's (`HeadScreen.error`), and a row's 41st and 53rd logits lie
+about 0.3 apart. 12 certified every row of a k-CBS run on SmolLM2 (8 windows, B = 20) and kept every step's columns
+within one vocabulary slice (1,580–2,042 of 49,152); 8 left a row uncertified in 8 of its 49 steps."""
+SCREEN_WIDER = 8
+"""How many times more tokens a row that `SCREEN_SPARE` does not certify takes before its batch gets the full head."""
+SCREEN_MIN_ROWS = 32
+"""Fewest rows a head is screened at: below, the full head costs little more than the screen itself."""
+SCREEN_MIN_SLICES = 4
+"""Fewest full vocabulary slices a screened head has: with fewer, its exact slices would be most of the head."""
 
 
 class SlicedHead(torch.nn.Module):
@@ -62,9 +64,28 @@ class SlicedHead(torch.nn.Module):
 
 
 def column_logits(rows: torch.Tensor, weight: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
-    """BLAS's logits [rows, columns] of the vocabulary `columns` (sorted ids, at least `SCREEN_MIN_COLUMNS`): the full
-    head's values at those columns, bit for bit (one product, as the sliced head's)."""
-    return torch.mm(rows, weight[columns].t())
+    """BLAS's logits [rows, columns] of the vocabulary ids `columns` (sorted, unique), bit for bit the sliced head's.
+
+    Each product has the shape and strides of one of `SlicedHead`'s: the columns inside full slices go
+    `VOCABULARY_SLICE` at a time (the last group padded with copies of a column), their weight rows gathered, into an
+    output as wide as the vocabulary; those in the last, partial slice get that slice's own product. BLAS chooses its
+    kernels, blocking and threads by shapes, strides and thread count, so each logit is the same sum in the same order
+    as the sliced head's (a narrower product of gathered columns is not: with 4 threads MKL sums some widths, such as
+    17 or 100 columns, in another order)."""
+    vocabulary = weight.shape[0]
+    full = vocabulary - vocabulary % VOCABULARY_SLICE
+    scratch = rows.new_empty((rows.shape[0], vocabulary))
+    inside, tail = columns[columns < full], columns[columns >= full]
+    parts = []
+    for start in range(0, len(inside), VOCABULARY_SLICE):
+        group = inside[start:start + VOCABULARY_SLICE]
+        padded = torch.cat([group, group[:1].expand(VOCABULARY_SLICE - len(group))])
+        torch.mm(rows, weight[padded].t(), out=scratch[:, :VOCABULARY_SLICE])
+        parts.append(scratch[:, : len(group)].clone())
+    if len(tail):
+        torch.mm(rows, weight[full:].t(), out=scratch[:, full:])
+        parts.append(scratch[:, tail])
+    return torch.cat(parts, dim=1)
 
 
 class HeadScreen:
@@ -92,27 +113,22 @@ class HeadScreen:
         return 2.04 * gamma * self._norm * rows.norm(dim=1) + 1e-30
 
     def pays(self, sliced: SlicedHead) -> bool:
-        """Whether, at this thread count, oneDNN's head product is faster than BLAS's and a product of some of the
-        head's columns gives their full-head logits bit for bit (checked once, on the model's own head)."""
+        """Whether, at this thread count, oneDNN's head product is faster than BLAS's (measured once, on the model's own
+        head, which also checks that `column_logits` gives the sliced head's bits)."""
         threads = torch.get_num_threads()
         if threads not in self._pays:
-            self._pays[threads] = self._measure(sliced, threads)
+            self._pays[threads] = self._measure(sliced)
         return self._pays[threads]
 
-    def _measure(self, sliced: SlicedHead, threads: int) -> bool:
+    def _measure(self, sliced: SlicedHead) -> bool:
         if not torch.backends.mkldnn.is_available():
             return False
         generator = torch.Generator().manual_seed(0)
-        rows = torch.randn(max(128, SCREEN_ROWS_PER_THREAD * threads), self.weight.shape[1], generator=generator)
+        rows = torch.randn(128, self.weight.shape[1], generator=generator)
         with torch.inference_mode():
-            full = sliced(rows)
-            vocabulary = self.weight.shape[0]
-            for count in (SCREEN_MIN_COLUMNS, SCREEN_MIN_COLUMNS + 1, 100, 1000):
-                if count > vocabulary:
-                    break
-                columns = torch.randperm(vocabulary, generator=generator)[:count].sort().values
-                if not torch.equal(column_logits(rows, self.weight, columns), full[:, columns]):
-                    return False
+            columns = torch.randperm(self.weight.shape[0], generator=generator)[:VOCABULARY_SLICE + 100].sort().values
+            if not torch.equal(column_logits(rows, self.weight, columns), sliced(rows)[:, columns]):
+                return False
             return _best_seconds(lambda: onednn_product(rows, self.weight)) < 0.8 * _best_seconds(lambda: sliced(rows))
 
 
@@ -141,8 +157,9 @@ class ScreenedHead(torch.nn.Module):
     Of each row's m = `top` + `SCREEN_SPARE` largest a, the `top`-th is t and the m-th is s. Every BLAS logit outside
     those m is at most s + E, and the `top`-th largest BLAS logit is at least t − E; where s + E < t − E, no token
     outside the m can reach the top, so BLAS computes only their columns (all rows' together) and they overwrite a.
-    The rest of a stays: each value there is at most s, below the `top`-th BLAS logit. Any row not so certified, or a
-    batch too small for `column_logits` to keep BLAS's bits, gets the full sliced head."""
+    The rest of a stays: each value there is at most s, below the `top`-th BLAS logit. A row not so certified tries
+    again with `SCREEN_WIDER` times m tokens; if one still is not, the batch gets the full sliced head, as do batches too
+    small or heads too narrow for the screen to pay."""
 
     def __init__(self, head: torch.nn.Linear, screen: HeadScreen, top: int) -> None:
         super().__init__()
@@ -156,19 +173,22 @@ class ScreenedHead(torch.nn.Module):
         weight = self.head.weight
         rows = hidden.reshape(-1, hidden.shape[-1])
         take = self.top + SCREEN_SPARE
-        if (torch.is_grad_enabled() and (weight.requires_grad or hidden.requires_grad)) or take >= weight.shape[0] \
-                or rows.shape[0] < SCREEN_ROWS_PER_THREAD * torch.get_num_threads() or not full_float32() \
-                or not self.screen.pays(sliced):
+        if (torch.is_grad_enabled() and (weight.requires_grad or hidden.requires_grad)) or take >= VOCABULARY_SLICE \
+                or weight.shape[0] < SCREEN_MIN_SLICES * VOCABULARY_SLICE or rows.shape[0] < SCREEN_MIN_ROWS \
+                or not full_float32() or not self.screen.pays(sliced):
             return sliced(hidden)
         logits = onednn_product(rows.contiguous(), weight)
         error = self.screen.error(rows)
         largest = torch.topk(logits, take, dim=-1)
         certified = largest.values[:, -1] + error < largest.values[:, self.top - 1] - error
+        columns = largest.indices[certified].flatten()
         if not bool(certified.all()):
-            return sliced(hidden)
-        columns = torch.unique(largest.indices)
-        if len(columns) < SCREEN_MIN_COLUMNS:
-            columns = torch.unique(torch.cat([columns, torch.arange(SCREEN_MIN_COLUMNS, device=columns.device)]))
+            left = (~certified).nonzero().squeeze(1)
+            wider = torch.topk(logits[left], min(SCREEN_WIDER * take, weight.shape[0]), dim=-1)
+            if not bool((wider.values[:, -1] + error[left] < wider.values[:, self.top - 1] - error[left]).all()):
+                return sliced(hidden)
+            columns = torch.cat([columns, wider.indices.flatten()])
+        columns = torch.unique(columns)
         logits.index_copy_(1, columns, column_logits(rows, weight, columns))
         return logits.view(*hidden.shape[:-1], weight.shape[0])
 
