@@ -106,7 +106,7 @@ class HeadScreen:
         """Per row, a bound on |BLAS logit − oneDNN logit| over the vocabulary (float32, rounded up by 2%)."""
         version = (self.weight.data_ptr(), self.weight._version)
         if self._version != version:
-            self._norm = float(self.weight.double().norm(dim=1).max())
+            self._norm = float(self.weight.detach().double().norm(dim=1).max())
             self._version = version
         terms = self.weight.shape[1]
         gamma = terms * 2.0**-24 / (1 - terms * 2.0**-24)
