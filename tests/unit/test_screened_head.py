@@ -1,8 +1,9 @@
 """The screened output head (models/linears.py): for a reader of each row's top logits only, BLAS's own logits there.
 
-Equalities here are exact: the screened head's top logits are BLAS's products of the same rows (same threads, same row
-count), and a search that reads only those makes the same records bit for bit. Where the screen would change BLAS's
-bits on a machine (`HeadScreen.pays` checks it once), it stays off; the tests force it on to run its path."""
+Equalities here are exact: the screened head's top logits come from BLAS products of the sliced head's shapes, on the
+same rows and threads, and a search that reads only those makes the same records bit for bit. `HeadScreen.pays`
+checks that once per process and screens only where oneDNN is the faster; the tests force the screen on, whatever
+this machine's speeds."""
 
 from __future__ import annotations
 
@@ -144,6 +145,14 @@ def test_the_screen_is_off_where_a_partial_product_would_change_blas_bits(monkey
         assert exact.pays(sliced) is False
     monkeypatch.setattr(linears, "column_logits", lambda *args: pytest.fail("measured once per thread count"))
     assert exact.pays(sliced) is False
+    monkeypatch.undo()
+
+    def refused(*args: object) -> torch.Tensor:
+        raise RuntimeError("oneDNN cannot take this weight")
+
+    monkeypatch.setattr(linears, "onednn_product", refused)
+    with torch.inference_mode():
+        assert linears.HeadScreen(sliced.head.weight).pays(sliced) is False
 
 
 def test_the_policy_says_which_logits_decide() -> None:
