@@ -35,7 +35,7 @@ def heads(hidden_size: int = 256, vocab: int = VOCAB) -> tuple[torch.nn.Linear, 
     """A random bias-free head, its sliced and its screened forms."""
     torch.manual_seed(0)
     head = torch.nn.Linear(hidden_size, vocab, bias=False)
-    return head, linears.SlicedHead(head), linears.ScreenedHead(head, linears.HeadScreen(head.weight), TOP)
+    return head, linears.SlicedHead(head), linears.ScreenedHead(head, linears.HeadScreen(), TOP)
 
 
 def test_a_screened_head_gives_blas_bits_at_each_rows_top_and_smaller_values_below(screened: list[int]) -> None:
@@ -126,19 +126,22 @@ def test_below_full_float32_precision_the_head_is_not_screened(screened: list[in
 def test_the_error_bound_covers_blas_against_onednn() -> None:
     """2·γ_K·‖h‖·max‖w‖ against the measured difference, on rows scaled over six orders of magnitude."""
     head, _, _ = heads(hidden_size=576, vocab=4096)
-    bound = linears.HeadScreen(head.weight)
+    bound = linears.HeadScreen()
     generator = torch.Generator().manual_seed(3)
     rows = torch.randn(ROWS, 576, generator=generator) * torch.logspace(-3, 3, ROWS).unsqueeze(1)
     with torch.inference_mode():
         difference = (rows @ head.weight.t() - linears.onednn_product(rows, head.weight)).abs().amax(dim=-1)
-    error = bound.error(rows)
+    error = bound.error(rows, head.weight)
     assert bool((difference <= error).all())
     assert bool((error < 1e-3 * rows.norm(dim=1) * head.weight.norm(dim=1).max()).all())  # and it is tight enough to use
+    with torch.no_grad():
+        head.weight.mul_(10)  # an in-place change of the weights: the bound follows them
+    assert torch.allclose(bound.error(rows, head.weight), 10 * error, rtol=1e-6)
 
 
 def test_the_screen_is_off_where_a_partial_product_would_change_blas_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     _, sliced, _ = heads()
-    exact = linears.HeadScreen(sliced.head.weight)
+    exact = linears.HeadScreen()
     product = linears.column_logits
     monkeypatch.setattr(linears, "column_logits", lambda *args: product(*args) + 1e-6)
     with torch.inference_mode():
@@ -152,7 +155,7 @@ def test_the_screen_is_off_where_a_partial_product_would_change_blas_bits(monkey
 
     monkeypatch.setattr(linears, "onednn_product", refused)
     with torch.inference_mode():
-        assert linears.HeadScreen(sliced.head.weight).pays(sliced) is False
+        assert linears.HeadScreen().pays(sliced) is False
 
 
 def test_the_policy_says_which_logits_decide() -> None:

@@ -117,7 +117,7 @@ class LanguageModel:
         self._cache_name = "cache" if "cache" in parameters else "past_key_values"
         self._compiled: Any = None
         self._replicas: list[LanguageModel] = []
-        self._screen: linears.HeadScreen | None = None
+        self._screen = linears.HeadScreen()
         self.use_matmul(matmul)
 
     def use_matmul(self, library: str) -> None:
@@ -154,7 +154,7 @@ class LanguageModel:
         for replica in self._replicas[: count - 1]:
             if replica.matmul != self.matmul:
                 replica.use_matmul(self.matmul)
-            replica._screen = self._head_screen()
+            replica._screen = self._screen
         return [self, *self._replicas[: count - 1]]
 
     @property
@@ -311,7 +311,7 @@ class LanguageModel:
         """The model's forward with the `matmul` setting's CPU kernels (`linears`; with `top`, for a reader of each row's
         `top` largest logits only), or compiled when asked; a compiler failure is a MemriskError."""
         if self._compiled is None:
-            with linears.running(self.model, self.matmul, self._head_screen() if top else None, top):
+            with linears.running(self.model, self.matmul, self._screen, top):
                 return self.model(**inputs)
         from torch._dynamo.exc import BackendCompilerFailed
 
@@ -322,13 +322,6 @@ class LanguageModel:
             raise MemriskError(
                 f"torch.compile could not compile {self.name}: {type(cause).__name__}: {first_line(cause)}; load it without compile"
             ) from exc
-
-    def _head_screen(self) -> linears.HeadScreen | None:
-        """The screen of this model's output head (`linears.ScreenedHead`), made on first use; None where the head is
-        not BLAS's to slice."""
-        if self._screen is None and linears.sliceable(self.model):
-            self._screen = linears.HeadScreen(self.model.get_output_embeddings().weight)
-        return self._screen
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, keep: int | torch.Tensor | None = None, **kwargs: Any) -> Any:
         """One forward pass with explicit positions, so left padding does not shift them. Logits are computed only where

@@ -89,51 +89,55 @@ def column_logits(rows: torch.Tensor, weight: torch.Tensor, columns: torch.Tenso
 
 
 class HeadScreen:
-    """What screening one model's head needs, worked out once: a bound on its weight rows' norms, and per thread count
-    whether screening pays on this machine and keeps BLAS's bits (`pays`).
+    """What screening a model's head needs, worked out once per head weight (its storage and version): a bound on its
+    rows' norms, and per thread count whether screening pays on this machine (`pays`).
 
     The bound (Higham, Accuracy and Stability of Numerical Algorithms, §3.1): a float32 dot product of K terms summed in
     any order is within γ_K · Σ|h_i w_i| ≤ γ_K · ‖h‖ · ‖w‖ of the exact one, γ_K = K·u / (1 − K·u), u = 2⁻²⁴. BLAS's and
     oneDNN's logits are two such sums, so they differ by at most 2 · γ_K · ‖h‖ · max‖w‖."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
-        self.weight = weight
-        self._version: tuple[int, int] | None = None
-        self._norm = 0.0
-        self._pays: dict[int, bool] = {}
+    def __init__(self) -> None:
+        self._norms: dict[tuple[int, int, tuple[int, ...]], float] = {}
+        self._pays: dict[tuple[int, int, tuple[int, ...]], bool] = {}
 
-    def error(self, rows: torch.Tensor) -> torch.Tensor:
-        """Per row, a bound on |BLAS logit − oneDNN logit| over the vocabulary (float32, rounded up by 2%)."""
-        version = (self.weight.data_ptr(), self.weight._version)
-        if self._version != version:
-            self._norm = float(self.weight.detach().double().norm(dim=1).max())
-            self._version = version
-        terms = self.weight.shape[1]
+    def error(self, rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Per row, a bound on |BLAS logit − oneDNN logit| over the vocabulary of `weight` (float32, rounded up by 2%)."""
+        key = _identity(weight)
+        if key not in self._norms:
+            self._norms = {key: float(weight.detach().double().norm(dim=1).max())}
+        terms = weight.shape[1]
         gamma = terms * 2.0**-24 / (1 - terms * 2.0**-24)
-        return 2.04 * gamma * self._norm * rows.norm(dim=1) + 1e-30
+        return 2.04 * gamma * self._norms[key] * rows.norm(dim=1) + 1e-30
 
     def pays(self, sliced: SlicedHead) -> bool:
-        """Whether, at this thread count, oneDNN's head product is faster than BLAS's (measured once, on the model's own
-        head, which also checks that `column_logits` gives the sliced head's bits)."""
-        threads = torch.get_num_threads()
-        if threads not in self._pays:
-            self._pays[threads] = self._measure(sliced)
-        return self._pays[threads]
+        """Whether, at this thread count, oneDNN's product of the sliced head's weight is faster than BLAS's (measured
+        once, on the model's own head, which also checks that `column_logits` gives the sliced head's bits)."""
+        weight = sliced.head.weight
+        key = (torch.get_num_threads(), weight.data_ptr(), tuple(weight.shape))
+        if key not in self._pays:
+            self._pays[key] = self._measure(sliced)
+        return self._pays[key]
 
     def _measure(self, sliced: SlicedHead) -> bool:
         if not torch.backends.mkldnn.is_available():
             return False
+        weight = sliced.head.weight
         generator = torch.Generator().manual_seed(0)
-        rows = torch.randn(128, self.weight.shape[1], generator=generator)
+        rows = torch.randn(128, weight.shape[1], generator=generator)
         with torch.inference_mode():
-            columns = torch.randperm(self.weight.shape[0], generator=generator)[:VOCABULARY_SLICE + 100].sort().values
-            if not torch.equal(column_logits(rows, self.weight, columns), sliced(rows)[:, columns]):
+            columns = torch.randperm(weight.shape[0], generator=generator)[:VOCABULARY_SLICE + 100].sort().values
+            if not torch.equal(column_logits(rows, weight, columns), sliced(rows)[:, columns]):
                 return False
             try:
-                onednn = _best_seconds(lambda: onednn_product(rows, self.weight))
+                onednn = _best_seconds(lambda: onednn_product(rows, weight))
             except RuntimeError:  # a weight oneDNN's kernel does not take (a strided view, say): the full head then
                 return False
             return onednn < 0.8 * _best_seconds(lambda: sliced(rows))
+
+
+def _identity(weight: torch.Tensor) -> tuple[int, int, tuple[int, ...]]:
+    """A weight's storage, version (bumped by any in-place change) and shape: what a bound on it depends on."""
+    return weight.data_ptr(), weight._version, tuple(weight.shape)
 
 
 def full_float32() -> bool:
@@ -182,7 +186,7 @@ class ScreenedHead(torch.nn.Module):
                 or not full_float32() or not self.screen.pays(sliced):
             return sliced(hidden)
         logits = onednn_product(rows.contiguous(), weight)
-        error = self.screen.error(rows)
+        error = self.screen.error(rows, weight)
         largest = torch.topk(logits, take, dim=-1)
         certified = largest.values[:, -1] + error < largest.values[:, self.top - 1] - error
         columns = largest.indices[certified].flatten()
