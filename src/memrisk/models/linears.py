@@ -94,7 +94,8 @@ class HeadScreen:
 
     The bound (Higham, Accuracy and Stability of Numerical Algorithms, §3.1): a float32 dot product of K terms summed in
     any order is within γ_K · Σ|h_i w_i| ≤ γ_K · ‖h‖ · ‖w‖ of the exact one, γ_K = K·u / (1 − K·u), u = 2⁻²⁴. BLAS's and
-    oneDNN's logits are two such sums, so they differ by at most 2 · γ_K · ‖h‖ · max‖w‖."""
+    oneDNN's logits are two such sums, so they differ by at most 2 · γ_K · ‖h‖ · max‖w‖, and by at most
+    2 · K · 2⁻¹²⁶ · (1 + ‖h‖ + max‖w‖) more where a kernel flushes subnormal numbers to zero."""
 
     def __init__(self) -> None:
         self._norms: dict[tuple[int, int, tuple[int, ...]], float] = {}
@@ -105,9 +106,10 @@ class HeadScreen:
         key = _identity(weight)
         if key not in self._norms:
             self._norms = {key: float(weight.detach().double().norm(dim=1).max())}
-        terms = weight.shape[1]
+        terms, norm, row_norms = weight.shape[1], self._norms[key], rows.norm(dim=1)
         gamma = terms * 2.0**-24 / (1 - terms * 2.0**-24)
-        return 2.04 * gamma * self._norms[key] * rows.norm(dim=1) + 1e-30
+        flushed = 2 * terms * 2.0**-126 * (1 + norm + row_norms)  # subnormal inputs and products a kernel may zero
+        return 2.04 * gamma * norm * row_norms + flushed
 
     def pays(self, sliced: SlicedHead) -> bool:
         """Whether, at this thread count, oneDNN's product of the sliced head's weight is faster than BLAS's (measured
