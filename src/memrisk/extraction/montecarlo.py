@@ -135,11 +135,11 @@ def _sample(lm: LanguageModel, prefilled: DecodeState, parents: torch.Tensor, un
     """T-token continuations of prefilled rows `parents` under the policy (§C.1), one uniform per row and step: [rows, steps]."""
     state = lm.expand_rows(prefilled, parents)
     uniforms = uniforms.to(lm.device)
-    tokens = []
+    tokens, deciding = [], policy.deciding_logits(lm.vocab_size)
     for t in range(uniforms.shape[1]):
         tokens.append(policy.sample(state.logits, uniforms=uniforms[:, t]))
         if t + 1 < uniforms.shape[1]:
-            state = lm.step(state, tokens[-1], policy.deciding_logits(lm.vocab_size))
+            state = lm.step(state, tokens[-1], deciding)
     return torch.stack(tokens, dim=1).cpu().numpy()
 
 

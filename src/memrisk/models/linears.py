@@ -190,17 +190,22 @@ class ScreenedHead(torch.nn.Module):
         logits = onednn_product(rows.contiguous(), weight)
         error = self.screen.error(rows, weight)
         largest = torch.topk(logits, take, dim=-1)
-        certified = largest.values[:, -1] + error < largest.values[:, self.top - 1] - error
+        certified = self._certified(largest.values, error)
         columns = largest.indices[certified].flatten()
         if not bool(certified.all()):
             left = (~certified).nonzero().squeeze(1)
             wider = torch.topk(logits[left], min(SCREEN_WIDER * take, weight.shape[0]), dim=-1)
-            if not bool((wider.values[:, -1] + error[left] < wider.values[:, self.top - 1] - error[left]).all()):
+            if not bool(self._certified(wider.values, error[left]).all()):
                 return sliced(hidden)
             columns = torch.cat([columns, wider.indices.flatten()])
         columns = torch.unique(columns)
         logits.index_copy_(1, columns, column_logits(rows, weight, columns))
         return logits.view(*hidden.shape[:-1], weight.shape[0])
+
+    def _certified(self, largest: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
+        """Per row of descending approximate logits: whether its last lies more than twice `error` below its `top`-th,
+        so that no token outside them can reach the row's top."""
+        return largest[:, -1] + error < largest[:, self.top - 1] - error
 
 
 def sliceable(model: Any) -> bool:
