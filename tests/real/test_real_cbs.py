@@ -81,3 +81,26 @@ def test_k_cbs_with_the_screened_head_gives_the_full_heads_results_bit_for_bit(s
     print(f"exact columns per screened step: {widths}")
     assert len(widths) == 7 and max(widths) < 0.05 * smollm2.vocab_size  # every step after the prefill, screened
     assert screened == full
+
+
+def test_k_cbs_with_onednns_packed_weights_gives_the_plain_weights_results_bit_for_bit(smollm2, monkeypatch) -> None:
+    """`matmul: onednn` multiplies by blocked copies of SmolLM2's weights (`linears.PackedWeights`): k-CBS on 2 windows
+    × B = 20 gives every float of the search run with the plain weights (the same library, the same batches)."""
+    from memrisk.models import linears
+
+    ids = smollm2.encode(MIT)
+    prefixes, suffixes = [ids[0:16], ids[8:24]], [ids[16:24], ids[24:32]]
+    search = {"beam_width": 20, "prune": None, "anchor": False, "batch_size": 2}
+    packed_products: list[bool] = []
+    product = linears.onednn_product
+    monkeypatch.setattr(linears, "onednn_product", lambda hidden, weight, bias=None: packed_products.append(weight.is_mkldnn)
+                        or product(hidden, weight, bias))
+    smollm2.use_matmul("onednn")
+    try:
+        packed = memrisk.cbs(smollm2, prefixes, suffixes, DecodingPolicy(top_k=40), **search)
+        assert sum(packed_products) >= 7 * (7 * 30 + 1)  # every layer and the head of each step after the prefill
+        monkeypatch.setattr(linears.PACKED, "_copy", lambda weight: None)
+        plain = memrisk.cbs(smollm2, prefixes, suffixes, DecodingPolicy(top_k=40), **search)
+    finally:
+        smollm2.use_matmul("blas")
+    assert packed == plain

@@ -55,8 +55,8 @@ def test_onednn_logits_agree_with_blas_to_rounding_until_blas_is_asked_for_again
     lm = memrisk.load_model(model, matmul="onednn")
     assert lm.matmul == "onednn" and lm.describe()["matmul"] == "onednn"
     ran = []
-    product = linears.onednn_product
-    monkeypatch.setattr(linears, "onednn_product", lambda *args: ran.append(1) or product(*args))
+    product = linears.PACKED.product
+    monkeypatch.setattr(linears.PACKED, "product", lambda *args: ran.append(1) or product(*args))
     onednn = lm.suffix_logits(PREFIXES, SUFFIXES)
     assert len(ran) == 2 * 7 + 1  # every projection of both layers, and the head
     assert bool(((onednn - blas).abs() <= 1e-4 * (1 + blas.abs())).all())
@@ -83,3 +83,52 @@ def test_a_bad_or_unusable_matmul_library_is_refused() -> None:
         memrisk.load_model(tiny_llama(), matmul="mkl")
     with pytest.raises(MemriskError, match="matmul: onednn cannot run .*float32 models on CPU only"):
         memrisk.load_model(tiny_llama().to(torch.float64), matmul="onednn")
+
+
+def test_packed_weights_give_the_plain_weights_bits_at_every_row_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A oneDNN layer against oneDNN's product of its plain weight, row counts 1–70 and 168, at one and two threads: at
+    one row oneDNN's kernel for a packed weight differs here, and the layer takes the plain weight; above, the packed
+    copy gives the plain weight's bits on the CPUs this suite runs on (AVX-512), and the layer uses it."""
+    generator = torch.Generator().manual_seed(0)
+    packed_products = []
+    product = linears.onednn_product
+    monkeypatch.setattr(linears, "onednn_product", lambda hidden, weight, bias=None: packed_products.append(weight.is_mkldnn)
+                        or product(hidden, weight, bias))
+    kept = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for out_features, in_features, bias in ((96, 32, False), (64, 96, True), (VOCAB, 32, False)):
+                layer = torch.nn.Linear(in_features, out_features, bias=bias).requires_grad_(False)
+                linears.install(layer, "onednn")
+                try:
+                    for rows in [*range(1, 71), 168]:
+                        hidden = torch.randn(rows, in_features, generator=generator)
+                        assert torch.equal(layer(hidden), product(hidden, layer.weight, layer.bias)), rows
+                finally:
+                    linears.install(layer, "blas")
+    finally:
+        torch.set_num_threads(kept)
+    assert any(packed_products)
+
+
+def test_a_weight_changed_in_place_is_packed_again_and_blas_drops_the_copies() -> None:
+    layer = torch.nn.Linear(32, 96, bias=False).requires_grad_(False)
+    before = linears.PACKED.bytes()
+    linears.install(layer, "onednn")
+    assert linears.PACKED.bytes() == before + layer.weight.numel() * 4
+    hidden = torch.randn(5, 32, generator=torch.Generator().manual_seed(1))
+    first = layer(hidden)
+    layer.weight.mul_(2)
+    assert torch.equal(layer(hidden), linears.onednn_product(hidden, layer.weight)) and not torch.equal(layer(hidden), first)
+    linears.install(layer, "blas")
+    assert linears.PACKED.bytes() == before
+
+
+def test_a_packed_copy_whose_products_differ_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(linears, "PACKED", linears.PackedWeights())
+    monkeypatch.setattr(linears, "pack", lambda weight: torch.ops.mkldnn._reorder_linear_weight(weight.detach() * 2))
+    layer = torch.nn.Linear(32, 96, bias=False).requires_grad_(False)
+    linears.install(layer, "onednn")
+    hidden = torch.randn(8, 32, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(layer(hidden), linears.onednn_product(hidden, layer.weight))

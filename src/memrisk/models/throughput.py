@@ -24,7 +24,7 @@ def device_peak_flops(
     device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.5, matmul: str = defaults.MATMUL,
 ) -> float:
     """Peak FLOP/s of `device`: the table for known GPUs, else a matmul measured for `seconds` (on CPU with the
-    `matmul` library the model's linear layers use, `linears`)."""
+    `matmul` library the model's linear layers use, `linears`, oneDNN's with its weight blocked as the layers' are)."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         for fragment, tflops in PEAK_TFLOPS.items():
@@ -34,9 +34,10 @@ def device_peak_flops(
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     onednn = matmul == "onednn" and device.type == "cpu"
+    packed = linears.pack(b) if onednn else b
     runs, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        linears.onednn_product(a, b) if onednn else a @ b
+        linears.onednn_product(a, packed) if onednn else a @ b
         runs += 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
