@@ -45,14 +45,21 @@ class SharedPrefixLayer:
         """The rows' generated values."""
         return self.value_buffer[..., : self.length, :]
 
-    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write new columns (already in slot order) behind the generated ones, growing the buffers when the spare runs out."""
+    def append(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write new columns behind the generated ones, row r's into slot `slots[r]` (None: slot r), growing the buffers
+        when the spare runs out."""
         added = keys.shape[-2]
         if self.length + added > self.key_buffer.shape[-2]:
             self.key_buffer = kvcache.with_spare(self.keys, added + SPARE_COLUMNS)
             self.value_buffer = kvcache.with_spare(self.values, added + SPARE_COLUMNS)
-        self.key_buffer[..., self.length : self.length + added, :] = keys
-        self.value_buffer[..., self.length : self.length + added, :] = values
+        new_keys = self.key_buffer[..., self.length : self.length + added, :]
+        new_values = self.value_buffer[..., self.length : self.length + added, :]
+        if slots is None:
+            new_keys.copy_(keys)
+            new_values.copy_(values)
+        else:
+            new_keys.index_copy_(0, slots, keys)
+            new_values.index_copy_(0, slots, values)
         self.length += added
         return self.keys, self.values
 
@@ -125,7 +132,7 @@ class SharedPrefixCache:
         """Append a forward's new keys and values to layer `layer_idx` (the model calls this); return the generated ones,
         in slot order. Eager under torch.compile, like `shared_prefix_attention`: its Python-int lengths would recompile
         each step."""
-        return self.layers[layer_idx].append(self.to_slots(key_states), self.to_slots(value_states))
+        return self.layers[layer_idx].append(key_states, value_states, None if self._unplace is None else self.place)
 
     def select(self, index: torch.Tensor, copy: bool = False) -> SharedPrefixCache:
         """Rows `index` (repeats allowed): generated columns gathered, prefixes shared. In place unless `copy`; in place
@@ -230,7 +237,8 @@ class AttentionPlan:
         self.slot = torch.empty_like(owner)
         self.slot[order] = rank - first
         self.slots = int(self.slot.max()) + 1 if rows else 0
-        self.regular = rows == self.prefixes * self.slots and torch.equal(owner * self.slots + self.slot, rank)
+        self.spread_index = owner * self.slots + self.slot
+        self.regular = rows == self.prefixes * self.slots and torch.equal(self.spread_index, rank)
         column = torch.arange(length, device=owner.device)
         newest = length - steps + torch.arange(steps, device=owner.device).repeat(group)
         own_visible = (column >= cache.generated_from[:, None, None]) & (column <= newest[None, :, None])
@@ -245,7 +253,7 @@ class AttentionPlan:
             spread = per_row.reshape(self.prefixes, self.slots, kv_heads, m, c)
         else:
             spread = per_row.new_zeros((self.prefixes, self.slots, kv_heads, m, c))
-            spread[self.owner, self.slot] = per_row
+            spread.view(-1, kv_heads, m, c).index_copy_(0, self.spread_index, per_row)
         return spread.transpose(1, 2).reshape(self.prefixes, kv_heads, self.slots * m, c)
 
     def ungrouped(self, per_prefix: torch.Tensor, m: int) -> torch.Tensor:
@@ -278,7 +286,7 @@ def shared_prefix_attention(
     queries = query.reshape(rows, kv_heads, group * steps, dim)
     prefix_scores = plan.ungrouped(torch.matmul(plan.grouped(queries), layer.prefix_keys.transpose(-1, -2)), group * steps)
     own_scores = cache.from_slots(torch.matmul(cache.to_slots(queries), key.transpose(-1, -2)))
-    scores = torch.cat([prefix_scores, own_scores], dim=-1).float() * scale
+    scores = torch.cat([prefix_scores, own_scores], dim=-1).float().mul_(scale)
     weights = torch.softmax(scores.masked_fill_(plan.hidden, float("-inf")), dim=-1).to(value.dtype)
     own = cache.from_slots(torch.matmul(cache.to_slots(weights[..., width:]), value))
     from_prefix = plan.ungrouped(torch.matmul(plan.grouped(weights[..., :width]), layer.prefix_values), group * steps)
