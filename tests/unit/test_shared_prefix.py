@@ -93,7 +93,7 @@ def reorder_decode(lm: memrisk.LanguageModel, in_place: bool) -> list[torch.Tens
     generator = torch.Generator().manual_seed(3)
     state = lm.expand_rows(lm.prefill(PREFIXES, shared=True), torch.tensor([0, 0, 1, 2, 2, 2, 1]))
     seen = []
-    for index in ([6, 5, 5, 0, 3, 1, 1], [2, 2, 2, 6, 4, 4, 0], [1, 3, 5, 0, 2, 4, 6]):
+    for index in ([6, 5, 5, 0, 3, 1, 1], [2, 2, 2, 6, 4, 4, 0], [1, 1, 1, 3, 3, 5, 5], [1, 3, 5, 0, 2, 4, 6]):
         state = lm.step(state, torch.randint(0, VOCAB, (7,), generator=generator))
         seen.append(state.logits)
         if in_place:
@@ -113,3 +113,38 @@ def test_reordering_in_place_gives_the_gathered_caches_logits_bit_for_bit(name: 
     lm = memrisk.load_model(MODELS[name]())
     for moved, gathered in zip(reorder_decode(lm, True), reorder_decode(lm, False), strict=True):
         assert torch.equal(moved, gathered)
+
+
+def test_a_moved_row_copies_only_the_columns_its_new_slot_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Siblings share their parent's columns: a child moved into a slot that held a relative's columns copies only the
+    columns after their common ancestor, and decodes as the fully gathered cache does (the test above, bit for bit)."""
+    copies: list[tuple[int, int]] = []
+    original = shared_prefix.ColumnCopy.__init__
+
+    def spied(self, source, target, start, length):  # type: ignore[no-untyped-def]
+        original(self, source, target, start, length)
+        copies.append((len(self.column), len(source) * length))
+
+    monkeypatch.setattr(shared_prefix.ColumnCopy, "__init__", spied)
+    lm = memrisk.load_model(tiny_llama())
+    reorder_decode(lm, True)
+    assert len(copies) == 3 and all(copied <= whole for copied, whole in copies)  # the last reorder moves no row
+    assert any(copied < whole for copied, whole in copies)
+
+
+def test_column_copies_reach_the_same_places_in_a_buffer_trimmed_on_the_left() -> None:
+    generator = torch.Generator().manual_seed(4)
+    whole = torch.randn(5, 2, 9, 4, generator=generator)
+    buffer = whole[:, :, 3:]  # as `compact` leaves a buffer whose leading columns no row reads
+    expected, unread = buffer.clone(), whole[:, :, :3].clone()
+    source, target, start = torch.tensor([0, 2]), torch.tensor([3, 4]), torch.tensor([1, 0])
+    for s, t, first in zip(source, target, start):
+        expected[t, :, first:5] = expected[s, :, first:5]
+    shared_prefix.ColumnCopy(source, target, start, 5).apply(buffer)
+    assert torch.equal(buffer, expected) and torch.equal(whole[:, :, :3], unread)
+
+
+def test_common_columns_counts_the_leading_columns_two_lineages_share() -> None:
+    lineage = torch.tensor([[1, 2, 3], [1, 2, 3], [1, 9, 3], [7, 2, 3]])
+    other = torch.tensor([[1, 2, 3], [1, 2, 4], [1, 2, 3], [1, 2, 3]])
+    assert shared_prefix.common_columns(lineage, other).tolist() == [3, 2, 1, 0]

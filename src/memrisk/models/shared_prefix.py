@@ -7,11 +7,13 @@ attention reads it once per row. Here the prefix keys and values are kept once p
 keeps only the columns it generated, and attention is computed in two parts whose softmax is joined
 exactly: the queries of all rows of one prefix against its keys in one matrix product, and each row's
 queries against its own columns. Each row's generated columns sit in a slot of the buffers, and a beam reorder gives
-each parent's first child its parent's slot: only the other children's columns are copied.
+each parent's first child its parent's slot: only the other children's columns are copied, and of those only the ones
+the slot they move into does not already hold (beams that share an ancestor share its columns; `lineage`).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +28,49 @@ CACHE_ARGUMENT = "memrisk_shared_cache"
 SPARE_COLUMNS = kvcache.SPARE_COLUMNS
 UNSUPPORTED_CONFIG = ("attn_logit_softcapping", "final_logit_softcapping", "sliding_window_pattern")
 PLAIN_ATTENTION = ("sdpa", "eager", None)
+_WRITES = itertools.count()
+"""Numbers each write of generated columns in this process (`fresh_columns`); `next` on it is atomic, so caches in
+threads side by side never share one."""
+
+
+def fresh_columns(rows: int, columns: int) -> torch.Tensor:
+    """Ids [rows, columns] no other generated column has had: the lineage of newly written columns."""
+    return (next(_WRITES) << 32) + torch.arange(rows * columns).view(rows, columns)
+
+
+def common_columns(lineage: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """Per row, how many leading generated columns two slots' lineages [rows, length] share (their data is the same)."""
+    return torch.cumprod(lineage == other, dim=1).sum(dim=1)
+
+
+class ColumnCopy:
+    """Generated columns `start[i]` … `length` − 1 of every head of slot `source[i]`, to be copied into slot `target[i]`
+    of a layer's key and value buffers [slots, heads, columns, head dim]: one gather and one scatter of head-dim rows."""
+
+    def __init__(self, source: torch.Tensor, target: torch.Tensor, start: torch.Tensor, length: int) -> None:
+        counts = length - start
+        mover = torch.repeat_interleave(torch.arange(len(source), device=source.device), counts)
+        first = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        self.column = torch.arange(len(mover), device=source.device) - first + start[mover]
+        self.source, self.target = source[mover], target[mover]
+        self._rows: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def apply(self, buffer: torch.Tensor) -> None:
+        """Copy the columns within `buffer`, whose head-dim rows lie `head dim` apart in memory (its buffers' layout)."""
+        slots, heads, columns, dim = buffer.shape
+        strides = buffer.stride()
+        if strides[3] != 1 or strides[2] != dim or strides[1] % dim or strides[0] % dim:
+            raise ValueError(f"a key/value buffer of strides {strides} does not hold head-dim rows {dim} apart")
+        if strides not in self._rows:
+            head = torch.arange(heads, device=buffer.device) * (strides[1] // dim)
+            offset = self.column[:, None] * (strides[2] // dim) + head
+            self._rows[strides] = ((self.source[:, None] * (strides[0] // dim) + offset).flatten(),
+                                   (self.target[:, None] * (strides[0] // dim) + offset).flatten())
+        source, target = self._rows[strides]
+        span = ((slots - 1) * strides[0] + (heads - 1) * strides[1] + (columns - 1) * strides[2]) // dim + 1
+        rows = buffer.as_strided((span, dim), (dim, 1))
+        rows.index_copy_(0, target, rows.index_select(0, source))
+
 
 
 class SharedPrefixLayer:
@@ -63,22 +108,25 @@ class SharedPrefixLayer:
         self.length += added
         return self.keys, self.values
 
-    def move(self, source: torch.Tensor, target: torch.Tensor) -> None:
-        """Copy the generated columns of slots `source` into slots `target` (disjoint from `source`)."""
-        self.key_buffer[target, :, : self.length] = self.key_buffer[source, :, : self.length]
-        self.value_buffer[target, :, : self.length] = self.value_buffer[source, :, : self.length]
+    def move(self, columns: ColumnCopy) -> None:
+        """Copy generated columns from slot to slot (`columns`: sources disjoint from targets)."""
+        columns.apply(self.key_buffer)
+        columns.apply(self.value_buffer)
 
 
 class SharedPrefixCache:
     """KV cache of rows continuing shared prefixes: `owner[r]` is the prefix row r continues, `prefix_mask` the
     prefixes' real (unpadded) columns, row r's generated columns start at `generated_from[r]` and sit in slot
-    `place[r]` of every layer's buffers (a permutation of the rows, so a reorder moves few of them)."""
+    `place[r]` of every layer's buffers (a permutation of the rows, so a reorder moves few of them). `lineage` [slots,
+    length] names each slot's generated columns by the write that made them (`fresh_columns`), copies keeping the name:
+    two slots whose columns j have one name hold the same columns 0 … j in every layer."""
 
     def __init__(
         self, layers: list[SharedPrefixLayer], prefix_mask: torch.Tensor, owner: torch.Tensor, generated_from: torch.Tensor,
-        place: torch.Tensor | None = None,
+        lineage: torch.Tensor, place: torch.Tensor | None = None,
     ) -> None:
         self.layers, self.prefix_mask, self.owner, self.generated_from = layers, prefix_mask, owner, generated_from
+        self.lineage = lineage
         self._place(place)
 
     @classmethod
@@ -91,7 +139,7 @@ class SharedPrefixCache:
             layers.append(SharedPrefixLayer(layer.keys, layer.values, empty, torch.empty_like(empty), 0))
         rows = attention_mask.shape[0]
         owner = torch.arange(rows, device=attention_mask.device)
-        return cls(layers, attention_mask.bool(), owner, torch.zeros_like(owner))
+        return cls(layers, attention_mask.bool(), owner, torch.zeros_like(owner), fresh_columns(rows, 0).to(owner.device))
 
     @property
     def rows(self) -> int:
@@ -132,6 +180,9 @@ class SharedPrefixCache:
         """Append a forward's new keys and values to layer `layer_idx` (the model calls this); return the generated ones,
         in slot order. Eager under torch.compile, like `shared_prefix_attention`: its Python-int lengths would recompile
         each step."""
+        if layer_idx == 0:
+            fresh = fresh_columns(self.rows, key_states.shape[-2]).to(self.lineage.device)
+            self.lineage = torch.cat([self.lineage, fresh], dim=1)
         return self.layers[layer_idx].append(key_states, value_states, None if self._unplace is None else self.place)
 
     def select(self, index: torch.Tensor, copy: bool = False) -> SharedPrefixCache:
@@ -141,21 +192,22 @@ class SharedPrefixCache:
             place = self._reuse_slots(index)
         else:
             source = self.place[index]
+            lineage = self.lineage[source]
             layers = [
                 SharedPrefixLayer(layer.prefix_keys, layer.prefix_values, kvcache.gather_with_spare(layer.keys, source),
                                   kvcache.gather_with_spare(layer.values, source), layer.length)
                 for layer in self.layers
             ]
             if copy:
-                return SharedPrefixCache(layers, self.prefix_mask, self.owner[index], self.generated_from[index])
-            self.layers, place = layers, None
+                return SharedPrefixCache(layers, self.prefix_mask, self.owner[index], self.generated_from[index], lineage)
+            self.layers, self.lineage, place = layers, lineage, None
         self.owner, self.generated_from = self.owner[index], self.generated_from[index]
         self._place(place)
         return self
 
     def _reuse_slots(self, index: torch.Tensor) -> torch.Tensor:
         """Slots of rows `index` when each parent's first child takes its parent's slot and the others take the slots
-        no child keeps, into which their parents' columns are copied."""
+        no child keeps, into which their parents' columns are copied (those the slot does not already hold)."""
         parent_slot = self.place[index]
         order = torch.sort(parent_slot, stable=True).indices
         ordered = parent_slot[order]
@@ -168,8 +220,10 @@ class SharedPrefixCache:
         movers, targets = (~keeps).nonzero(as_tuple=True)[0], free.nonzero(as_tuple=True)[0]
         if len(movers):
             sources = parent_slot[movers]
+            columns = ColumnCopy(sources, targets, common_columns(self.lineage[targets], self.lineage[sources]), self.length)
             for layer in self.layers:
-                layer.move(sources, targets)
+                layer.move(columns)
+            self.lineage = self.lineage.index_copy(0, targets, self.lineage[sources])
         place = parent_slot.clone()
         place[movers] = targets
         return place
@@ -190,12 +244,18 @@ class SharedPrefixCache:
             mine.key_buffer = kvcache.with_spare(torch.cat([kvcache.left_pad(mine.keys, length, -2), kvcache.left_pad(theirs.keys, length, -2)]))
             mine.value_buffer = kvcache.with_spare(torch.cat([kvcache.left_pad(mine.values, length, -2), kvcache.left_pad(theirs.values, length, -2)]))
             mine.length = length
+        self.lineage = torch.cat([self._padded_lineage(length), other._padded_lineage(length)])
         prefixes, place = self.prefix_mask.shape[0], torch.cat([self.place, other.place + self.rows])
         self.prefix_mask = torch.cat([kvcache.left_pad(self.prefix_mask, width, 1), kvcache.left_pad(other.prefix_mask, width, 1)])
         self.owner = torch.cat([self.owner, other.owner + prefixes])
         self.generated_from = torch.cat([self.generated_from + length - mine_length, other.generated_from + length - their_length])
         self._place(place)
         self.compact()
+
+    def _padded_lineage(self, length: int) -> torch.Tensor:
+        """The lineage left-padded to `length` columns, each padding column fresh (`kvcache.left_pad` zeros)."""
+        padding = fresh_columns(self.rows, length - self.lineage.shape[1]).to(self.lineage.device)
+        return torch.cat([padding, self.lineage], dim=1)
 
     def compact(self) -> None:
         """Forget prefixes no row continues and generated columns no row reads."""
@@ -219,6 +279,7 @@ class SharedPrefixCache:
             for layer in self.layers:
                 layer.key_buffer, layer.value_buffer = layer.key_buffer[..., unread:, :], layer.value_buffer[..., unread:, :]
                 layer.length -= unread
+            self.lineage = self.lineage[:, unread:]
             self.generated_from = self.generated_from - unread
 
 
