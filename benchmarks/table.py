@@ -2,8 +2,8 @@
 
     python benchmarks/table.py [--windows 8] [--threads N] [--matmul blas|onednn|both]
 
-References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it) with each CPU
-matmul library (`model.matmul`: torch's BLAS, and oneDNN), the model's bare forward pass with that library,
+References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it; oneDNN's with its
+weight blocked, as the model's layers' are) with each CPU matmul library (`model.matmul`: torch's BLAS, and oneDNN), the model's bare forward pass with that library,
 transformers' `generate(num_beams=B)` as transformers runs it (BLAS; for oneDNN also with oneDNN's layers installed, as
 `generate` runs on a model loaded with `matmul="onednn"`; timed alternately with k-CBS, so that a ratio's two terms
 share the machine's state), and Python's difflib. CBS and k-CBS run as memrisk runs them by default, in one pool, and
@@ -14,7 +14,7 @@ keeps full beams within ε = 5 (rows = windows × B, the printed rows per step);
 the beams to a few rows, and a decode step of few rows is bound by reading the weights, not by arithmetic. FLOPs are
 2 × parameters per token evaluation (CBS paper App. C.3), also where BLAS's screened head (`linears.ScreenedHead`,
 for a top-k policy) multiplies only a few percent of the head's columns exactly. Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
-per figure) plus the weights, next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
+per figure) plus the weights (and, with oneDNN, their blocked copies, `linears.PackedWeights`), next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
 budgets for them (`memory.sequence_bytes`). Where a search's time goes is printed under it, from one more run with
 timers around its parts (they cost time of their own), its linear layers' products timed apart: for k-CBS, those products alone against `generate` are the floor of its ratio at that library's
 speed. Goals (issue 21) are printed beside each figure.
@@ -186,7 +186,8 @@ def main() -> None:
     def memory_note(peak: int, rows: int, tokens: int, scored: int) -> str:
         direct = weights + rows * tokens * kv_per_token + rows * scored * shape.vocab_size * 4
         budget = rows * memory.sequence_bytes(**dataclasses.asdict(shape), sequence_length=tokens, scored_positions=scored)
-        return (f"peak {(peak + weights) / 2**20:,.0f} MiB = {(peak + weights) / direct:.2f}x weights+KV+logits "
+        held = peak + weights + linears.PACKED.bytes()
+        return (f"peak {held / 2**20:,.0f} MiB = {held / direct:.2f}x weights+KV+logits "
                 f"({direct / 2**20:,.0f} MiB); auto budget {(budget + weights) / 2**20:,.0f} MiB")
 
     libraries = linears.MATMUL_LIBRARIES if args.matmul == "both" else (args.matmul,)
