@@ -90,21 +90,14 @@ class SharedPrefixLayer:
         """The rows' generated values."""
         return self.value_buffer[..., : self.length, :]
 
-    def append(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write new columns behind the generated ones, row r's into slot `slots[r]` (None: slot r), growing the buffers
-        when the spare runs out."""
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write new columns (already in slot order) behind the generated ones, growing the buffers when the spare runs out."""
         added = keys.shape[-2]
         if self.length + added > self.key_buffer.shape[-2]:
             self.key_buffer = kvcache.with_spare(self.keys, added + SPARE_COLUMNS)
             self.value_buffer = kvcache.with_spare(self.values, added + SPARE_COLUMNS)
-        new_keys = self.key_buffer[..., self.length : self.length + added, :]
-        new_values = self.value_buffer[..., self.length : self.length + added, :]
-        if slots is None:
-            new_keys.copy_(keys)
-            new_values.copy_(values)
-        else:
-            new_keys.index_copy_(0, slots, keys)
-            new_values.index_copy_(0, slots, values)
+        self.key_buffer[..., self.length : self.length + added, :] = keys
+        self.value_buffer[..., self.length : self.length + added, :] = values
         self.length += added
         return self.keys, self.values
 
@@ -183,7 +176,7 @@ class SharedPrefixCache:
         if layer_idx == 0:
             fresh = fresh_columns(self.rows, key_states.shape[-2]).to(self.lineage.device)
             self.lineage = torch.cat([self.lineage, fresh], dim=1)
-        return self.layers[layer_idx].append(key_states, value_states, None if self._unplace is None else self.place)
+        return self.layers[layer_idx].append(self.to_slots(key_states), self.to_slots(value_states))
 
     def select(self, index: torch.Tensor, copy: bool = False) -> SharedPrefixCache:
         """Rows `index` (repeats allowed): generated columns gathered, prefixes shared. In place unless `copy`; in place
