@@ -88,21 +88,23 @@ def test_models_with_windowed_or_capped_attention_keep_the_plain_cache() -> None
 
 
 def reorder_decode(lm: memrisk.LanguageModel, in_place: bool) -> list[torch.Tensor]:
-    """Logits along beam reorders that keep the row count: in place (each parent's first child keeps its slot, the others'
-    columns move) or into a freshly gathered cache, compacted the same way."""
+    """Logits along beam reorders, to as many rows, to fewer (leaving slots free) and back to more: in place (each
+    parent's first child keeps its slot, the others' columns move) or into a freshly gathered cache, compacted the
+    same way."""
     generator = torch.Generator().manual_seed(3)
-    state = lm.expand_rows(lm.prefill(PREFIXES, shared=True), torch.tensor([0, 0, 1, 2, 2, 2, 1]))
+    state = lm.expand_rows(lm.prefill(PREFIXES, shared=True), torch.tensor([0, 0, 1, 2, 2, 2, 1, 0]))
     seen = []
-    for index in ([6, 5, 5, 0, 3, 1, 1], [2, 2, 2, 6, 4, 4, 0], [1, 1, 1, 3, 3, 5, 5], [1, 3, 5, 0, 2, 4, 6]):
-        state = lm.step(state, torch.randint(0, VOCAB, (7,), generator=generator))
+    for index in ([6, 5, 5, 0, 3, 1, 1, 7], [2, 2, 2, 6, 4, 4, 0, 7], [1, 1, 1, 3, 3, 5, 5], [1, 3, 5, 0, 2, 4, 6],
+                  [0, 0, 2, 2, 4, 4, 6, 6]):
+        state = lm.step(state, torch.randint(0, VOCAB, (len(state.next_position),), generator=generator))
         seen.append(state.logits)
         if in_place:
             state = lm.select_rows(state, torch.tensor(index))
-            assert not torch.equal(state.cache.place, torch.arange(7))
+            assert state.cache.slot_count == 8 and state.cache.rows == len(index)
         else:
             state = lm.expand_rows(state, torch.tensor(index))
             state.cache.compact()
-    seen.append(lm.step(state, torch.randint(0, VOCAB, (7,), generator=generator)).logits)
+    seen.append(lm.step(state, torch.randint(0, VOCAB, (8,), generator=generator)).logits)
     return seen
 
 
@@ -128,7 +130,7 @@ def test_a_moved_row_copies_only_the_columns_its_new_slot_lacks(monkeypatch: pyt
     monkeypatch.setattr(shared_prefix.ColumnCopy, "__init__", spied)
     lm = memrisk.load_model(tiny_llama())
     reorder_decode(lm, True)
-    assert len(copies) == 3 and all(copied <= whole for copied, whole in copies)  # the last reorder moves no row
+    assert len(copies) == 4 and all(copied <= whole for copied, whole in copies)  # the fourth reorder moves no row
     assert any(copied < whole for copied, whole in copies)
 
 
@@ -148,3 +150,14 @@ def test_common_columns_counts_the_leading_columns_two_lineages_share() -> None:
     lineage = torch.tensor([[1, 2, 3], [1, 2, 3], [1, 9, 3], [7, 2, 3]])
     other = torch.tensor([[1, 2, 3], [1, 2, 4], [1, 2, 3], [1, 2, 3]])
     assert shared_prefix.common_columns(lineage, other).tolist() == [3, 2, 1, 0]
+
+
+def test_a_reorder_leaves_at_most_a_quarter_of_the_slots_free() -> None:
+    lm = memrisk.load_model(tiny_llama())
+    state = lm.expand_rows(lm.prefill(PREFIXES, shared=True), torch.tensor([0, 0, 1, 1, 2, 2, 2, 2]))
+    state = lm.step(state, torch.arange(8))
+    kept = lm.select_rows(state, torch.tensor([0, 0, 2, 3, 4, 5]))  # 6 rows in 8 slots: 2 free
+    assert kept.cache.slot_count == 8 and kept.cache.rows == 6
+    state = lm.step(kept, torch.arange(6))
+    gathered = lm.select_rows(state, torch.tensor([0, 1, 2, 3, 4]))  # 5 rows would leave 3 of 8 free
+    assert gathered.cache.slot_count == 5 and gathered.cache.place.tolist() == list(range(5))

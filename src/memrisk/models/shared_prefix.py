@@ -8,7 +8,8 @@ keeps only the columns it generated, and attention is computed in two parts whos
 exactly: the queries of all rows of one prefix against its keys in one matrix product, and each row's
 queries against its own columns. Each row's generated columns sit in a slot of the buffers, and a beam reorder gives
 each parent's first child its parent's slot: only the other children's columns are copied, and of those only the ones
-the slot they move into does not already hold (beams that share an ancestor share its columns; `lineage`).
+the slot they move into does not already hold (beams that share an ancestor share its columns; `lineage`). A reorder to
+fewer rows leaves slots free (up to `FREE_SLOTS`) rather than gathering every row's columns afresh.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ CACHE_ARGUMENT = "memrisk_shared_cache"
 SPARE_COLUMNS = kvcache.SPARE_COLUMNS
 UNSUPPORTED_CONFIG = ("attn_logit_softcapping", "final_logit_softcapping", "sliding_window_pattern")
 PLAIN_ATTENTION = ("sdpa", "eager", None)
+FREE_SLOTS = 0.25
+"""The largest share of a cache's slots that an in-place reorder may leave free (or fill, to grow): past it, the rows'
+columns are gathered into new buffers of their own size, since each free slot still costs its share of the attention's
+own products and of the writes at every step."""
 _WRITES = itertools.count()
 """Numbers each write of generated columns in this process (`fresh_columns`); `next` on it is atomic, so caches in
 threads side by side never share one."""
@@ -110,8 +115,8 @@ class SharedPrefixLayer:
 class SharedPrefixCache:
     """KV cache of rows continuing shared prefixes: `owner[r]` is the prefix row r continues, `prefix_mask` the
     prefixes' real (unpadded) columns, row r's generated columns start at `generated_from[r]` and sit in slot
-    `place[r]` of every layer's buffers (a permutation of the rows, so a reorder moves few of them). `lineage` [slots,
-    length] names each slot's generated columns by the write that made them (`fresh_columns`), copies keeping the name:
+    `place[r]` of every layer's buffers (distinct slots, so a reorder moves few of them; slots no row holds are free).
+    `lineage` [slots, length] names each slot's generated columns by the write that made them (`fresh_columns`), copies keeping the name:
     two slots whose columns j have one name hold the same columns 0 … j in every layer."""
 
     def __init__(
@@ -140,6 +145,11 @@ class SharedPrefixCache:
         return len(self.owner)
 
     @property
+    def slot_count(self) -> int:
+        """Slots in every layer's buffers: one per row, and those a reorder to fewer rows left free."""
+        return self.layers[0].key_buffer.shape[0]
+
+    @property
     def length(self) -> int:
         """Generated columns held (the same for every layer between forwards)."""
         return self.layers[0].length
@@ -149,17 +159,17 @@ class SharedPrefixCache:
         identity = torch.arange(self.rows, device=self.owner.device)
         self.place = identity if place is None else place
         self._unplace = None
-        if place is not None and not torch.equal(place, identity):
-            self._unplace = torch.empty_like(place)
+        if place is not None and (self.slot_count != self.rows or not torch.equal(place, identity)):
+            self._unplace = torch.zeros(self.slot_count, dtype=place.dtype, device=place.device)
             self._unplace[place] = identity
         self._plan: AttentionPlan | None = None
 
     def to_slots(self, rows_first: torch.Tensor) -> torch.Tensor:
-        """Row-ordered `rows_first` [rows, ...] in slot order."""
+        """Row-ordered `rows_first` [rows, ...] in slot order [slots, ...] (a free slot gets row 0's, which no row reads)."""
         return rows_first if self._unplace is None else rows_first.index_select(0, self._unplace)
 
     def from_slots(self, slots_first: torch.Tensor) -> torch.Tensor:
-        """Slot-ordered `slots_first` [rows, ...] in row order."""
+        """Slot-ordered `slots_first` [slots, ...] in row order [rows, ...]."""
         return slots_first if self._unplace is None else slots_first.index_select(0, self.place)
 
     def plan(self, steps: int, group: int) -> AttentionPlan:
@@ -174,14 +184,16 @@ class SharedPrefixCache:
         in slot order. Eager under torch.compile, like `shared_prefix_attention`: its Python-int lengths would recompile
         each step."""
         if layer_idx == 0:
-            fresh = fresh_columns(self.rows, key_states.shape[-2]).to(self.lineage.device)
+            fresh = fresh_columns(self.slot_count, key_states.shape[-2]).to(self.lineage.device)
             self.lineage = torch.cat([self.lineage, fresh], dim=1)
         return self.layers[layer_idx].append(self.to_slots(key_states), self.to_slots(value_states))
 
     def select(self, index: torch.Tensor, copy: bool = False) -> SharedPrefixCache:
-        """Rows `index` (repeats allowed): generated columns gathered, prefixes shared. In place unless `copy`; in place
-        with as many rows as before, each parent's first child keeps its slot and only the other children's columns move."""
-        if not copy and len(index) == self.rows:
+        """Rows `index` (repeats allowed): generated columns gathered, prefixes shared. In place unless `copy`, while the
+        rows fill all but `FREE_SLOTS` of the slots: each parent's first child keeps its slot and only the other
+        children's columns move."""
+        slots = self.slot_count
+        if not copy and 0 < len(index) <= slots and len(index) >= (1 - FREE_SLOTS) * slots:
             place = self._reuse_slots(index)
         else:
             source = self.place[index]
@@ -208,9 +220,10 @@ class SharedPrefixCache:
         first_in_order[1:] = ordered[1:] != ordered[:-1]
         keeps = torch.empty_like(first_in_order)
         keeps[order] = first_in_order
-        free = torch.ones_like(keeps)
+        free = torch.ones(self.slot_count, dtype=torch.bool, device=keeps.device)
         free[parent_slot[keeps]] = False
-        movers, targets = (~keeps).nonzero(as_tuple=True)[0], free.nonzero(as_tuple=True)[0]
+        movers = (~keeps).nonzero(as_tuple=True)[0]
+        targets = free.nonzero(as_tuple=True)[0][: len(movers)]
         if len(movers):
             sources = parent_slot[movers]
             columns = ColumnCopy(sources, targets, common_columns(self.lineage[targets], self.lineage[sources]), self.length)
@@ -229,7 +242,7 @@ class SharedPrefixCache:
     def merge(self, other: SharedPrefixCache) -> None:
         """Add the rows and prefixes of `other` (prefixes left-padded to one width, generated columns right-aligned)."""
         width = max(self.prefix_mask.shape[1], other.prefix_mask.shape[1])
-        mine_length, their_length = self.length, other.length
+        mine_length, their_length, mine_slots = self.length, other.length, self.slot_count
         length = max(mine_length, their_length)
         for mine, theirs in zip(self.layers, other.layers):
             mine.prefix_keys = torch.cat([kvcache.left_pad(mine.prefix_keys, width, -2), kvcache.left_pad(theirs.prefix_keys, width, -2)])
@@ -238,7 +251,7 @@ class SharedPrefixCache:
             mine.value_buffer = kvcache.with_spare(torch.cat([kvcache.left_pad(mine.values, length, -2), kvcache.left_pad(theirs.values, length, -2)]))
             mine.length = length
         self.lineage = torch.cat([self._padded_lineage(length), other._padded_lineage(length)])
-        prefixes, place = self.prefix_mask.shape[0], torch.cat([self.place, other.place + self.rows])
+        prefixes, place = self.prefix_mask.shape[0], torch.cat([self.place, other.place + mine_slots])
         self.prefix_mask = torch.cat([kvcache.left_pad(self.prefix_mask, width, 1), kvcache.left_pad(other.prefix_mask, width, 1)])
         self.owner = torch.cat([self.owner, other.owner + prefixes])
         self.generated_from = torch.cat([self.generated_from + length - mine_length, other.generated_from + length - their_length])
@@ -247,7 +260,7 @@ class SharedPrefixCache:
 
     def _padded_lineage(self, length: int) -> torch.Tensor:
         """The lineage left-padded to `length` columns, each padding column fresh (`kvcache.left_pad` zeros)."""
-        padding = fresh_columns(self.rows, length - self.lineage.shape[1]).to(self.lineage.device)
+        padding = fresh_columns(self.lineage.shape[0], length - self.lineage.shape[1]).to(self.lineage.device)
         return torch.cat([padding, self.lineage], dim=1)
 
     def compact(self) -> None:
