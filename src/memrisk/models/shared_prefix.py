@@ -77,7 +77,6 @@ class ColumnCopy:
         rows.index_copy_(0, target, rows.index_select(0, source))
 
 
-
 class SharedPrefixLayer:
     """One layer: prefix keys/values [prefixes, kv heads, P, d] and each row's generated columns in a buffer."""
 
@@ -116,8 +115,8 @@ class SharedPrefixCache:
     """KV cache of rows continuing shared prefixes: `owner[r]` is the prefix row r continues, `prefix_mask` the
     prefixes' real (unpadded) columns, row r's generated columns start at `generated_from[r]` and sit in slot
     `place[r]` of every layer's buffers (distinct slots, so a reorder moves few of them; slots no row holds are free).
-    `lineage` [slots, length] names each slot's generated columns by the write that made them (`fresh_columns`), copies keeping the name:
-    two slots whose columns j have one name hold the same columns 0 … j in every layer."""
+    `lineage` [slots, length] names each slot's generated columns by the write that made them (`fresh_columns`), and
+    copies keep the name: two slots whose columns j have one name hold the same columns 0 … j in every layer."""
 
     def __init__(
         self, layers: list[SharedPrefixLayer], prefix_mask: torch.Tensor, owner: torch.Tensor, generated_from: torch.Tensor,
