@@ -78,6 +78,15 @@ def test_blas_leaves_other_instance_forwards_and_onednn_refuses_placed_layers() 
     assert not linears.sliceable(model)
 
 
+def test_onednn_and_compile_are_refused_together_in_either_order() -> None:
+    with pytest.raises(MemriskError, match="compile: true and matmul: onednn cannot be combined"):
+        memrisk.load_model(tiny_llama(), matmul="onednn", compile=True)
+    compiled = memrisk.load_model(tiny_llama(), compile=True)
+    with pytest.raises(MemriskError, match="cannot be combined"):
+        compiled.use_matmul("onednn")
+    assert compiled.matmul == "blas"
+
+
 def test_a_bad_or_unusable_matmul_library_is_refused() -> None:
     with pytest.raises(MemriskError, match="matmul must be one of blas, onednn; got 'mkl'"):
         memrisk.load_model(tiny_llama(), matmul="mkl")

@@ -89,6 +89,10 @@ class DecodeState:
         return isinstance(self.cache, SharedPrefixCache)
 
 
+COMPILED_ONEDNN = ("compile: true and matmul: onednn cannot be combined (torch.compile cannot lower oneDNN's products); "
+                   "use one of them")
+
+
 class LanguageModel:
     """A causal language model with its tokenizer, batch size and provenance."""
 
@@ -123,9 +127,12 @@ class LanguageModel:
     def use_matmul(self, library: str) -> None:
         """Run the linear layers' products on CPU with `library`: "blas" (torch's own, the default) or "onednn"
         (faster where torch's BLAS leaves the CPU's AVX-512 unused; same numbers to float32 rounding, `linears`), which
-        then runs the model's linear layers for any caller. Compiled forwards use the compiler's own kernels."""
+        then runs the model's linear layers for any caller. Not with `compile`: torch.compile cannot lower oneDNN's
+        products (`COMPILED_ONEDNN`)."""
         if library not in linears.MATMUL_LIBRARIES:
             raise MemriskError(f"matmul must be one of {', '.join(linears.MATMUL_LIBRARIES)}; got {library!r}")
+        if library == "onednn" and self.compiled:
+            raise MemriskError(COMPILED_ONEDNN)
         problem = linears.onednn_problem(self.model) if library == "onednn" else None
         if problem:
             raise MemriskError(f"matmul: onednn cannot run {self.name}: {problem}")
@@ -136,8 +143,11 @@ class LanguageModel:
         """Run forwards through `torch.compile(dynamic=True)` (new lengths do not recompile).
 
         Writes into memrisk's KV caches and the shared-prefix attention stay outside the compiled
-        graphs (they index by lengths that change every step). The wrapped model itself is not changed.
+        graphs (they index by lengths that change every step). The wrapped model itself is not changed. Not with
+        `matmul: onednn` (`COMPILED_ONEDNN`).
         """
+        if self.matmul == "onednn":
+            raise MemriskError(COMPILED_ONEDNN)
         if self._compiled is None:
             self._compiled = torch.compile(self.model, dynamic=True)
 
