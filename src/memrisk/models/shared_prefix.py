@@ -38,9 +38,9 @@ _WRITES = itertools.count()
 threads side by side never share one."""
 
 
-def fresh_columns(rows: int, columns: int) -> torch.Tensor:
+def fresh_columns(rows: int, columns: int, device: torch.device) -> torch.Tensor:
     """Ids [rows, columns] no other generated column has had: the lineage of newly written columns."""
-    return (next(_WRITES) << 32) + torch.arange(rows * columns).view(rows, columns)
+    return (next(_WRITES) << 32) + torch.arange(rows * columns, device=device).view(rows, columns)
 
 
 def common_columns(lineage: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
@@ -136,7 +136,7 @@ class SharedPrefixCache:
             layers.append(SharedPrefixLayer(layer.keys, layer.values, empty, torch.empty_like(empty), 0))
         rows = attention_mask.shape[0]
         owner = torch.arange(rows, device=attention_mask.device)
-        return cls(layers, attention_mask.bool(), owner, torch.zeros_like(owner), fresh_columns(rows, 0).to(owner.device))
+        return cls(layers, attention_mask.bool(), owner, torch.zeros_like(owner), fresh_columns(rows, 0, owner.device))
 
     @property
     def rows(self) -> int:
@@ -183,7 +183,7 @@ class SharedPrefixCache:
         in slot order. Eager under torch.compile, like `shared_prefix_attention`: its Python-int lengths would recompile
         each step."""
         if layer_idx == 0:
-            fresh = fresh_columns(self.slot_count, key_states.shape[-2]).to(self.lineage.device)
+            fresh = fresh_columns(self.slot_count, key_states.shape[-2], self.lineage.device)
             self.lineage = torch.cat([self.lineage, fresh], dim=1)
         return self.layers[layer_idx].append(self.to_slots(key_states), self.to_slots(value_states))
 
@@ -259,7 +259,7 @@ class SharedPrefixCache:
 
     def _padded_lineage(self, length: int) -> torch.Tensor:
         """The lineage left-padded to `length` columns, each padding column fresh (`kvcache.left_pad` zeros)."""
-        padding = fresh_columns(self.lineage.shape[0], length - self.lineage.shape[1]).to(self.lineage.device)
+        padding = fresh_columns(self.lineage.shape[0], length - self.lineage.shape[1], self.lineage.device)
         return torch.cat([padding, self.lineage], dim=1)
 
     def compact(self) -> None:
