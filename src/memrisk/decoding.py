@@ -108,20 +108,22 @@ class DecodingPolicy:
             log_p = log_p - torch.logsumexp(log_p, dim=-1, keepdim=True)
         return log_p
 
-    def top_children(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def top_children(
+        self, logits: torch.Tensor, width: int, within: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The `width` most likely kept tokens of each row: log-probabilities (descending, ties to
         lower ids), token ids, and each row's kept-set size. The numbers of `log_probs`; a plain
-        top-k policy gets them from one top-k pass, without the full distribution."""
+        top-k policy gets them from one top-k pass, without the full distribution, over each row's ids `within` only
+        where given (`DecodeState.candidates`: [rows, m] ids among which each row's `deciding_logits` largest lie)."""
         vocab = logits.shape[-1]
         k = self._k(vocab)
         width = min(width, k)
         if k < vocab and not self._nucleus:
-            scaled = self._scaled(logits)
-            top = torch.topk(scaled, min(k + 1, vocab), dim=-1)
-            log_p = top.values[..., :k] - torch.logsumexp(top.values[..., :k], dim=-1, keepdim=True)
-            values, tokens, kept = log_p, top.indices[..., :k], (log_p > float("-inf")).sum(-1)
+            top, indices = self._top(logits, min(k + 1, vocab), within)
+            log_p = top[..., :k] - torch.logsumexp(top[..., :k], dim=-1, keepdim=True)
+            values, tokens, kept = log_p, indices[..., :k], (log_p > float("-inf")).sum(-1)
             if k + 1 <= vocab:
-                straddled = (top.values[..., k] == top.values[..., k - 1]).nonzero(as_tuple=True)
+                straddled = (top[..., k] == top[..., k - 1]).nonzero(as_tuple=True)
                 if len(straddled[0]):
                     exact = self._children_from_log_probs(logits[straddled], k)
                     values, tokens = values.clone(), tokens.clone()
@@ -137,19 +139,32 @@ class DecodingPolicy:
         values, tokens = _by_value_then_id(log_p.gather(-1, tokens), tokens)
         return values, tokens, (log_p > float("-inf")).sum(-1)
 
+    def _top(self, logits: torch.Tensor, count: int, within: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The `count` largest scaled logits of each row (descending) and their token ids, looking only at each row's
+        ids `within` [rows, m] where given. Where those hold the row's `count` largest logits, the values are the full
+        vocabulary's, and so are the ids wherever no two values are equal (every reader orders equal values by id, or
+        reads the full distribution where they straddle the k-th place)."""
+        if within is None:
+            top = torch.topk(self._scaled(logits), count, dim=-1)
+            return top.values, top.indices
+        top = torch.topk(self._scaled(logits.gather(-1, within)), count, dim=-1)
+        return top.values, within.gather(-1, top.indices)
+
     def score(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log Pr_φ(target) for each row ([..., V], [...] -> [...]): `log_probs` gathered at `targets`."""
         return score_policies([self], logits, targets)[0]
 
     def sample(
-        self, logits: torch.Tensor, generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None
+        self, logits: torch.Tensor, generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None,
+        within: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Draw one token id per row of `logits` ([..., V] -> [...]) from the policy.
 
         Inverse-CDF sampling: each row consumes one uniform number, taken from `uniforms` when
-        given (so callers can make draws independent of batch composition) or from `generator`.
+        given (so callers can make draws independent of batch composition) or from `generator`. `within`: as in
+        `top_children`.
         """
-        kept = self._kept_by_id(logits)
+        kept = self._kept_by_id(logits, within)
         if kept is None:
             probabilities, tokens = self.log_probs(logits).exp(), None
         else:
@@ -161,7 +176,7 @@ class DecodingPolicy:
         drawn = torch.searchsorted(cdf, points, right=True).clamp(max=cdf.shape[-1] - 1)
         return drawn.squeeze(-1) if tokens is None else tokens.gather(-1, drawn).squeeze(-1)
 
-    def _kept_by_id(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _kept_by_id(self, logits: torch.Tensor, within: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """For a plain top-k policy: the kept tokens' probabilities and ids, in id order, from one top-k pass. The
         inverse CDF over them draws what the full-vocabulary one draws (the tokens left out add exact zeros), at a
         fraction of the memory traffic. None where the full distribution is needed (a nucleus, no top-k, or a tie
@@ -170,10 +185,10 @@ class DecodingPolicy:
         k = self._k(vocab)
         if k >= vocab or self._nucleus:
             return None
-        top = torch.topk(self._scaled(logits), k + 1, dim=-1)
-        if bool((top.values[..., k] == top.values[..., k - 1]).any()):
+        top, indices = self._top(logits, k + 1, within)
+        if bool((top[..., k] == top[..., k - 1]).any()):
             return None
-        values, tokens = top.values[..., :k], top.indices[..., :k]
+        values, tokens = top[..., :k], indices[..., :k]
         log_p = values - torch.logsumexp(values, dim=-1, keepdim=True)
         order = torch.sort(tokens, dim=-1).indices
         return log_p.gather(-1, order).exp(), tokens.gather(-1, order)

@@ -182,3 +182,26 @@ def test_top_k_sampling_over_the_kept_set_draws_what_the_full_inverse_cdf_draws(
         expected = torch.searchsorted(cdf, (uniforms.unsqueeze(-1) * cdf[:, -1:]), right=True).squeeze(-1).clamp(max=499)
         assert torch.equal(policy.sample(logits, uniforms=uniforms), expected)
         assert policy.log_probs(logits).gather(-1, expected.unsqueeze(-1)).isfinite().all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(-3, 3), min_size=12, max_size=12).map(lambda xs: [x / 2 for x in xs]), min_size=1, max_size=5),
+       st.integers(1, 6), st.sampled_from([0.7, 1.0]), st.integers(0, 5), st.data())
+def test_children_and_draws_looked_for_among_candidates_are_those_of_the_whole_row(
+    rows: list[list[float]], k: int, temperature: float, extra: int, data
+) -> None:
+    """`within` (a screened head's candidates): each row's ids holding its k + 1 largest logits, in any order, with
+    other ids or not. Integer halves make ties, inside the top and across the k-th place, common."""
+    policy = DecodingPolicy(temperature=temperature, top_k=k)
+    logits = torch.tensor(rows)
+    width = k + 1 + extra
+    within = []
+    for row in rows:
+        order = sorted(range(len(row)), key=lambda i: (-row[i], data.draw(st.integers(0, 99))))  # ties in any order
+        others = data.draw(st.permutations(order[k + 1:]))[:extra]
+        within.append(data.draw(st.permutations(order[: k + 1] + others)))
+    within = torch.tensor(within).view(len(rows), width)
+    for got, want in zip(policy.top_children(logits, 8, within), policy.top_children(logits, 8)):
+        assert torch.equal(got, want)
+    uniforms = torch.rand(len(rows), generator=torch.Generator().manual_seed(data.draw(st.integers(0, 9))), dtype=torch.float64)
+    assert torch.equal(policy.sample(logits, uniforms=uniforms, within=within), policy.sample(logits, uniforms=uniforms))

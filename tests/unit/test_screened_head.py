@@ -52,6 +52,12 @@ def test_a_screened_head_gives_blas_bits_at_each_rows_top_and_smaller_values_bel
     assert torch.equal(fast[at_top], full[at_top])
     assert bool((fast[~at_top] < threshold.expand_as(full)[~at_top]).all())
     assert not torch.equal(fast, full)  # below the top, oneDNN's values stayed
+    candidates = screen.candidates  # each row's top + SCREEN_SPARE largest approximate logits: its top among them
+    assert candidates.shape == (ROWS, TOP + linears.SCREEN_SPARE)
+    assert bool(torch.isin(top.indices, candidates).view(ROWS, -1).all()) and torch.equal(fast.gather(1, candidates), full.gather(1, candidates))
+    policy = DecodingPolicy(top_k=TOP - 1)
+    for got, want in zip(policy.top_children(fast, 20, candidates), policy.top_children(full, 20)):
+        assert torch.equal(got, want)
 
 
 def test_a_tie_across_the_margin_widens_the_rows_screen(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,6 +79,11 @@ def test_a_tie_across_the_margin_widens_the_rows_screen(monkeypatch: pytest.Monk
     assert torch.equal(fast[:, :60], full[:, :60]) and bool((full[:, :60] == full[:, :1]).all())
     top = torch.topk(full, TOP, dim=-1).values[:, -1:]
     assert torch.equal(fast[full >= top], full[full >= top]) and bool((fast[full < top] < top.expand_as(full)[full < top]).all())
+    assert screen.candidates.shape == (ROWS, widths[0])  # a widened row: every row looks among all exact columns
+    assert torch.equal(fast.gather(1, screen.candidates), full.gather(1, screen.candidates))
+    policy = DecodingPolicy(top_k=TOP - 1)
+    for got, want in zip(policy.top_children(fast, 20, screen.candidates), policy.top_children(full, 20)):
+        assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])
@@ -101,8 +112,8 @@ def test_uncertified_rows_and_small_batches_get_the_full_sliced_head(screened: l
     flat = torch.zeros(ROWS, 256)  # every logit ties: no margin certifies any row's top
     few = torch.randn(4, 256, generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
-        assert torch.equal(screen(flat), sliced(flat))
-        assert torch.equal(screen(few), sliced(few))
+        assert torch.equal(screen(flat), sliced(flat)) and screen.candidates is None
+        assert torch.equal(screen(few), sliced(few)) and screen.candidates is None
     assert screened == []
 
 

@@ -267,9 +267,10 @@ class _BeamSearch:
             return new_state, new_rows
         return self.lm.merge(state, new_state), _Rows.cat(rows, new_rows)
 
-    def _expand(self, logits: torch.Tensor, rows: _Rows) -> dict[str, torch.Tensor]:
-        """Children of every row: tokens, scores, distance states, and masks of what survives."""
-        values, tokens, kept_size = self.policy.top_children(logits, self.children)
+    def _expand(self, logits: torch.Tensor, rows: _Rows, within: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Children of every row (the policy looking `within` those token ids where given): tokens, scores, distance
+        states, and masks of what survives."""
+        values, tokens, kept_size = self.policy.top_children(logits, self.children, within)
         depth = rows.depth + 1
         search = rows.search.clamp(min=0)
         targets, lengths = self.targets[search], self.target_lengths[search]
@@ -319,7 +320,7 @@ class _BeamSearch:
 
     def _step(self, state: DecodeState, rows: _Rows) -> tuple[DecodeState | None, _Rows | None, int]:
         """One expansion of every row: record finals, prune to B per sequence, advance the cache."""
-        c = self._expand(state.logits, rows)
+        c = self._expand(state.logits, rows, state.candidates)
         n_rows, width = c["tokens"].shape
         search = rows.search.unsqueeze(1).expand(-1, width)
         mass = c["score"].exp()

@@ -137,7 +137,7 @@ def _sample(lm: LanguageModel, prefilled: DecodeState, parents: torch.Tensor, un
     uniforms = uniforms.to(lm.device)
     tokens, deciding = [], policy.deciding_logits(lm.vocab_size)
     for t in range(uniforms.shape[1]):
-        tokens.append(policy.sample(state.logits, uniforms=uniforms[:, t]))
+        tokens.append(policy.sample(state.logits, uniforms=uniforms[:, t], within=state.candidates))
         if t + 1 < uniforms.shape[1]:
             state = lm.step(state, tokens[-1], deciding)
     return torch.stack(tokens, dim=1).cpu().numpy()

@@ -82,6 +82,9 @@ class DecodeState:
     attention_mask: torch.Tensor | None
     next_position: torch.Tensor
     logits: torch.Tensor | None
+    candidates: torch.Tensor | None = None
+    """Where `step` was told its reader needs only each row's `top` largest logits and screened the head: per row
+    [rows, m] token ids among which those lie (`linears.ScreenedHead.candidates`); None: look at all."""
 
     @property
     def shared(self) -> bool:
@@ -317,16 +320,20 @@ class LanguageModel:
                 mask[i, width - len(row):] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    def _call(self, top: int | None = None, **inputs: Any) -> Any:
-        """The model's forward with the `matmul` setting's CPU kernels (`linears`; with `top`, for a reader of each row's
-        `top` largest logits only), or compiled when asked; a compiler failure is a MemriskError."""
+    def _call(self, **inputs: Any) -> Any:
+        """The model's forward with the `matmul` setting's CPU kernels (`linears`), or compiled when asked."""
+        return self._call_for(None, **inputs)[0]
+
+    def _call_for(self, top: int | None, **inputs: Any) -> tuple[Any, torch.Tensor | None]:
+        """`_call` for a reader of each row's `top` largest logits only (None: of all), with the ids among which a
+        screened head says those lie (None where the full head ran); a compiler failure is a MemriskError."""
         if self._compiled is None:
-            with linears.running(self.model, self.matmul, self._screen, top):
-                return self.model(**inputs)
+            with linears.running(self.model, self.matmul, self._screen, top) as screened:
+                return self.model(**inputs), None if screened is None else screened.candidates
         from torch._dynamo.exc import BackendCompilerFailed
 
         try:
-            return self._compiled(**inputs)
+            return self._compiled(**inputs), None
         except BackendCompilerFailed as exc:
             cause = getattr(exc, "inner_exception", None) or exc
             raise MemriskError(
@@ -384,26 +391,27 @@ class LanguageModel:
 
     def _call_shared(
         self, cache: SharedPrefixCache, ids: torch.Tensor, positions: torch.Tensor, top: int | None = None
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A forward of `ids` [rows, q] continuing a shared-prefix cache; returns the logits [rows, q, V] (with `top`,
-        exact at each row's `top` largest only, as `step` says)."""
+        exact at each row's `top` largest only, and where those lie, as `step` says)."""
         with shared_prefix.attention(self.model):
-            out = self._call(
+            out, candidates = self._call_for(
                 top, input_ids=ids.to(self.device), attention_mask=_PREPARED_MASK, position_ids=positions,
                 use_cache=True, **{self._cache_name: cache, shared_prefix.CACHE_ARGUMENT: cache},
             )
-        return out.logits
+        return out.logits, candidates
 
     @torch.inference_mode()
     def step(self, state: DecodeState, tokens: torch.Tensor, top: int | None = None) -> DecodeState:
         """Append one token per row and return the state with the next-token logits. A caller that reads only each
         row's `top` largest logits (`DecodingPolicy.deciding_logits`) may say so: those, and any equal to the
-        `top`-th, are then the model's own, and the others may come back as smaller values (`linears.ScreenedHead`)."""
+        `top`-th, are then the model's own, and the others may come back as smaller values (`linears.ScreenedHead`);
+        the state's `candidates` then say where those lie."""
         if state.shared:
-            logits = self._call_shared(state.cache, tokens.view(-1, 1), state.next_position.view(-1, 1), top)
-            return DecodeState(state.cache, None, state.next_position + 1, logits[:, -1])
+            logits, candidates = self._call_shared(state.cache, tokens.view(-1, 1), state.next_position.view(-1, 1), top)
+            return DecodeState(state.cache, None, state.next_position + 1, logits[:, -1], candidates)
         mask = torch.cat([state.attention_mask, state.attention_mask.new_ones(len(tokens), 1)], dim=-1)
-        out = self._call(
+        out, candidates = self._call_for(
             top,
             input_ids=tokens.view(-1, 1).to(self.device),
             attention_mask=mask,
@@ -411,7 +419,7 @@ class LanguageModel:
             use_cache=True,
             **{self._cache_name: state.cache},
         )
-        return DecodeState(out[self._cache_name], mask, state.next_position + 1, out.logits[:, -1])
+        return DecodeState(out[self._cache_name], mask, state.next_position + 1, out.logits[:, -1], candidates)
 
 
     @torch.inference_mode()
@@ -431,7 +439,7 @@ class LanguageModel:
             return first
         if state.shared:
             positions = state.next_position.repeat(tiles).unsqueeze(1) + torch.arange(length - 1, device=self.device)
-            logits = self._call_shared(state.cache.tiled(tiles), suffixes[:, :-1], positions)
+            logits = self._call_shared(state.cache.tiled(tiles), suffixes[:, :-1], positions)[0]
             return torch.cat([first, logits], dim=1)
         cache = kvcache.tiled_copy(state.cache, tiles, self.model.config)
         history = state.attention_mask.repeat(tiles, 1)
@@ -459,9 +467,11 @@ class LanguageModel:
         as it is, so one prefill serves any number of batches (CBS paper App. C.3, eq. 23)."""
         index = index.to(self.device)
         if state.shared:
-            return DecodeState(state.cache.select(index, copy=True), None, state.next_position[index], state.logits[index])
+            return DecodeState(state.cache.select(index, copy=True), None, state.next_position[index], state.logits[index],
+                               _rows_of(state.candidates, index))
         cache = kvcache.selected_copy(state.cache, index)
-        return _trim(DecodeState(cache, state.attention_mask[index], state.next_position[index], state.logits[index]))
+        return _trim(DecodeState(cache, state.attention_mask[index], state.next_position[index], state.logits[index],
+                                 _rows_of(state.candidates, index)))
 
     def merge(self, first: DecodeState, second: DecodeState) -> DecodeState:
         """One decoding batch holding the rows of both (the shorter history is left-padded)."""
@@ -498,6 +508,11 @@ def plain_chat(messages: Sequence[dict[str, str]]) -> str:
     return "\n\n".join([*turns, "Assistant:"])
 
 
+def _rows_of(candidates: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor | None:
+    """Rows `index` of a state's per-row `candidates` (None stays None)."""
+    return None if candidates is None else candidates[index]
+
+
 def _trim(state: DecodeState) -> DecodeState:
     """Drop leading cache columns that no row attends to any more."""
     used = state.attention_mask.any(dim=0)
@@ -505,7 +520,7 @@ def _trim(state: DecodeState) -> DecodeState:
     if first == 0:
         return state
     kvcache.drop_leading(state.cache, first)
-    return DecodeState(state.cache, state.attention_mask[:, first:], state.next_position, state.logits)
+    return DecodeState(state.cache, state.attention_mask[:, first:], state.next_position, state.logits, state.candidates)
 
 
 def _added_bos(tokenizer: Any) -> int | None:

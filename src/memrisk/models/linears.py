@@ -180,9 +180,13 @@ class ScreenedHead(torch.nn.Module):
         self.head = head
         self.screen = screen
         self.top = top
+        self.candidates: torch.Tensor | None = None
+        """After a forward, per row [rows, m] vocabulary ids whose logits are BLAS's, among which the row's `top`
+        largest lie: every logit of the row outside them is below those (None: the full head ran)."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [..., vocabulary] of `hidden` [..., hidden size], BLAS's own bits at each row's top."""
+        self.candidates = None
         sliced = SlicedHead(self.head)
         weight = self.head.weight
         rows = hidden.reshape(-1, hidden.shape[-1])
@@ -196,14 +200,17 @@ class ScreenedHead(torch.nn.Module):
         largest = torch.topk(logits, take, dim=-1)
         certified = self._certified(largest.values, error)
         columns = largest.indices[certified].flatten()
+        candidates = largest.indices
         if not bool(certified.all()):
             left = (~certified).nonzero().squeeze(1)
             wider = torch.topk(logits[left], min(SCREEN_WIDER * take, weight.shape[0]), dim=-1)
             if not bool(self._certified(wider.values, error[left]).all()):
                 return sliced(hidden)
             columns = torch.cat([columns, wider.indices.flatten()])
+            candidates = None
         columns = torch.unique(columns)
         logits.index_copy_(1, columns, column_logits(rows, weight, columns))
+        self.candidates = columns.expand(rows.shape[0], -1) if candidates is None else candidates
         return logits.view(*hidden.shape[:-1], weight.shape[0])
 
     def _certified(self, largest: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
@@ -345,16 +352,20 @@ def install(model: Any, library: str) -> None:
 
 
 @contextmanager
-def running(model: Any, library: str, screen: HeadScreen | None = None, top: int | None = None) -> Iterator[None]:
+def running(
+    model: Any, library: str, screen: HeadScreen | None = None, top: int | None = None
+) -> Iterator[ScreenedHead | None]:
     """Run one of memrisk's forwards of `model` with `library`'s per-forward kernels: BLAS's sliced output head, or its
     screened head where the reader needs only each row's `top` largest logits (oneDNN's layers are already
-    `install`ed), then restore the model's own head."""
+    `install`ed), then restore the model's own head. Yields the screened head where one runs (its `candidates` tell
+    the reader where to look), else None."""
     if library != "blas" or not sliceable(model):
-        yield
+        yield None
         return
     head = model.get_output_embeddings()
-    model.set_output_embeddings(SlicedHead(head) if top is None or screen is None else ScreenedHead(head, screen, top))
+    screened = None if top is None or screen is None else ScreenedHead(head, screen, top)
+    model.set_output_embeddings(SlicedHead(head) if screened is None else screened)
     try:
-        yield
+        yield screened
     finally:
         model.set_output_embeddings(head)
