@@ -22,6 +22,29 @@ from memrisk import defaults
 from memrisk.errors import MemriskError
 
 NUCLEUS_SEARCH = 256
+LARGEST_BLOCK = 64
+"""Ids per block in `largest`'s search: on SmolLM2's 49,152 logits at 160 rows, its 41 largest took 2.3 ms this way
+and 4.5 ms by one top-k over each row (2 threads; blocks of 32 or 128 ids 2.7 ms)."""
+
+
+def largest(values: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `count` largest of each row of `values` [..., V], descending, and ids holding them: `torch.topk`'s values,
+    with ids that may differ from its own only among equal values.
+
+    Where the vocabulary splits into at least 4 × `count` blocks of `LARGEST_BLOCK` ids, they are sought in the
+    `count` blocks with the largest maxima: with t the `count`-th largest maximum, every value above t lies in one of
+    those blocks and their maxima are `count` values of at least t, so the `count` largest values are among them."""
+    vocab = values.shape[-1]
+    blocks = vocab // LARGEST_BLOCK
+    if vocab % LARGEST_BLOCK or blocks < 4 * count:
+        top = torch.topk(values, count, dim=-1)
+        return top.values, top.indices
+    rows = values.reshape(-1, blocks, LARGEST_BLOCK)
+    chosen = torch.topk(rows.amax(dim=-1), count, dim=-1).indices
+    candidates = rows.gather(1, chosen.unsqueeze(-1).expand(-1, -1, LARGEST_BLOCK)).view(len(rows), -1)
+    top = torch.topk(candidates, count, dim=-1)
+    ids = chosen.gather(1, top.indices // LARGEST_BLOCK) * LARGEST_BLOCK + top.indices % LARGEST_BLOCK
+    return top.values.view(*values.shape[:-1], count), ids.view(*values.shape[:-1], count)
 
 
 def at_least_float32(logits: torch.Tensor) -> torch.Tensor:
@@ -145,8 +168,7 @@ class DecodingPolicy:
         vocabulary's, and so are the ids wherever no two values are equal (every reader orders equal values by id, or
         reads the full distribution where they straddle the k-th place)."""
         if within is None:
-            top = torch.topk(self._scaled(logits), count, dim=-1)
-            return top.values, top.indices
+            return largest(self._scaled(logits), count)
         top = torch.topk(self._scaled(logits.gather(-1, within)), count, dim=-1)
         return top.values, within.gather(-1, top.indices)
 

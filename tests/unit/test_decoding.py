@@ -205,3 +205,32 @@ def test_children_and_draws_looked_for_among_candidates_are_those_of_the_whole_r
         assert torch.equal(got, want)
     uniforms = torch.rand(len(rows), generator=torch.Generator().manual_seed(data.draw(st.integers(0, 9))), dtype=torch.float64)
     assert torch.equal(policy.sample(logits, uniforms=uniforms, within=within), policy.sample(logits, uniforms=uniforms))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([64 * 16, 64 * 40, 64 * 40 + 3]), st.integers(1, 10), st.sampled_from([2, 6, 10**6]),
+       st.integers(0, 2**31))
+def test_largest_values_are_top_ks_and_ids_hold_them(rows: int, vocab: int, count: int, levels: int, seed: int) -> None:
+    """By blocks where the vocabulary splits into at least 4 × count of them (1,024 and 2,560 ids), by one top-k where it
+    does not (2,563 ids: not whole blocks); a few `levels` make ties common, across blocks and the count-th place; a million make them rare."""
+    from memrisk.decoding import largest
+
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randint(0, levels, (rows, 2, vocab), generator=generator).float()
+    values[..., torch.randint(0, vocab, (3,), generator=generator)] = float("-inf")
+    got, ids = largest(values, count)
+    assert got.shape == ids.shape == (rows, 2, count)
+    assert torch.equal(got, torch.topk(values, count, dim=-1).values)
+    assert torch.equal(values.gather(-1, ids), got)
+    assert bool((ids.sort(dim=-1).values.diff(dim=-1) > 0).all())  # distinct ids
+
+
+def test_largest_finds_values_in_one_block_and_spread_over_many() -> None:
+    from memrisk.decoding import LARGEST_BLOCK, largest
+
+    values = torch.zeros(2, 64 * LARGEST_BLOCK)
+    values[0, 128:138] = torch.arange(10.0) + 1  # all ten in one block
+    values[1, torch.arange(10) * LARGEST_BLOCK + 5] = torch.arange(10.0) + 1  # one in each of ten blocks
+    got, ids = largest(values, 10)
+    assert got.tolist() == [list(range(10, 0, -1))] * 2
+    assert ids[0].tolist() == list(range(137, 127, -1)) and ids[1].tolist() == [j * LARGEST_BLOCK + 5 for j in range(9, -1, -1)]

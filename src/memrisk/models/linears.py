@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from memrisk.decoding import largest
+
 MATMUL_LIBRARIES = ("blas", "onednn")
 VOCABULARY_SLICE = 2048
 SCREEN_SPARE = 12
@@ -197,16 +199,15 @@ class ScreenedHead(torch.nn.Module):
             return sliced(hidden)
         logits = onednn_product(rows.contiguous(), weight)
         error = self.screen.error(rows, weight)
-        largest = torch.topk(logits, take, dim=-1)
-        certified = self._certified(largest.values, error)
-        columns = largest.indices[certified].flatten()
-        candidates = largest.indices
+        values, candidates = largest(logits, take)
+        certified = self._certified(values, error)
+        columns = candidates[certified].flatten()
         if not bool(certified.all()):
             left = (~certified).nonzero().squeeze(1)
-            wider = torch.topk(logits[left], min(SCREEN_WIDER * take, weight.shape[0]), dim=-1)
-            if not bool(self._certified(wider.values, error[left]).all()):
+            wider_values, wider = largest(logits[left], min(SCREEN_WIDER * take, weight.shape[0]))
+            if not bool(self._certified(wider_values, error[left]).all()):
                 return sliced(hidden)
-            columns = torch.cat([columns, wider.indices.flatten()])
+            columns = torch.cat([columns, wider.flatten()])
             candidates = None
         columns = torch.unique(columns)
         logits.index_copy_(1, columns, column_logits(rows, weight, columns))
