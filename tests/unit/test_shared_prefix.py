@@ -161,3 +161,48 @@ def test_a_reorder_leaves_at_most_a_quarter_of_the_slots_free() -> None:
     state = lm.step(kept, torch.arange(6))
     gathered = lm.select_rows(state, torch.tensor([0, 1, 2, 3, 4]))  # 5 rows would leave 3 of 8 free
     assert gathered.cache.slot_count == 5 and gathered.cache.place.tolist() == list(range(5))
+
+
+def test_rows_expanded_from_some_prefixes_attend_to_those_only_with_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Monte Carlo expands one window's prefix at a time out of a batch of prefilled ones: the other prefixes are
+    dropped from the copy (their columns stay as wide), so the attention's grouped products hold only prefixes with
+    rows, and the logits are those of the copy that kept every prefix, bit for bit."""
+    lm = memrisk.load_model(tiny_llama())
+    prefilled = lm.prefill(PREFIXES, shared=True)
+    tokens = torch.randint(0, VOCAB, (3, 8), generator=torch.Generator().manual_seed(2))
+
+    def sampled() -> tuple[list[torch.Tensor], shared_prefix.SharedPrefixCache]:
+        state = lm.expand_rows(prefilled, torch.tensor([1] * 8))
+        seen = [state.logits]
+        for step in tokens:
+            state = lm.step(state, step)
+            seen.append(state.logits)
+        return seen, state.cache
+
+    dropped, cache = sampled()
+    assert cache.prefix_mask.shape == (1, 7) and cache.owner.tolist() == [0] * 8 and cache.plan(1, 2).regular
+    assert prefilled.cache.prefix_mask.shape == (3, 7)  # the prefilled batch keeps its prefixes for the next window
+    monkeypatch.setattr(shared_prefix.SharedPrefixCache, "_forget_unused_prefixes", lambda self: None)
+    kept, cache = sampled()
+    assert cache.prefix_mask.shape == (3, 7) and not cache.plan(1, 2).regular
+    assert all(torch.equal(a, b) for a, b in zip(dropped, kept))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batched_attention_product_gives_each_matrix_the_same_bits_whatever_else_the_batch_holds(threads: int) -> None:
+    """What dropping unused prefixes relies on, at SmolLM2's shapes (3 key/value heads, head dim 64, 20 beams × 3
+    queries or 256 samples × 3 against 50 prefix columns): MKL multiplies each matrix of a batch alike."""
+    generator = torch.Generator().manual_seed(3)
+    kept = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows, columns in ((60, 50), (768, 50), (63, 37)):
+            queries, keys = torch.randn(8, 3, rows, 64, generator=generator), torch.randn(8, 3, 64, columns, generator=generator)
+            weights, values = torch.randn(8, 3, rows, columns, generator=generator), torch.randn(8, 3, columns, 64, generator=generator)
+            scores, out = torch.matmul(queries, keys), torch.matmul(weights, values)
+            for some in ([0], [5], [1, 7]):
+                index = torch.tensor(some)
+                assert torch.equal(torch.matmul(queries[index], keys[index]), scores[index])
+                assert torch.equal(torch.matmul(weights[index], values[index]), out[index])
+    finally:
+        torch.set_num_threads(kept)

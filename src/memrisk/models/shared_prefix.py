@@ -203,7 +203,9 @@ class SharedPrefixCache:
                 for layer in self.layers
             ]
             if copy:
-                return SharedPrefixCache(layers, self.prefix_mask, self.owner[index], self.generated_from[index], lineage)
+                selected = SharedPrefixCache(layers, self.prefix_mask, self.owner[index], self.generated_from[index], lineage)
+                selected._forget_unused_prefixes()
+                return selected
             self.layers, self.lineage, place = layers, lineage, None
         self.owner, self.generated_from = self.owner[index], self.generated_from[index]
         self._place(place)
@@ -257,13 +259,10 @@ class SharedPrefixCache:
         self._place(place)
         self.compact()
 
-    def _padded_lineage(self, length: int) -> torch.Tensor:
-        """The lineage left-padded to `length` columns, each padding column fresh (`kvcache.left_pad` zeros)."""
-        padding = fresh_columns(self.lineage.shape[0], length - self.lineage.shape[1], self.lineage.device)
-        return torch.cat([padding, self.lineage], dim=1)
-
-    def compact(self) -> None:
-        """Forget prefixes no row continues and generated columns no row reads."""
+    def _forget_unused_prefixes(self) -> None:
+        """Drop the prefixes no row continues (their columns stay as wide: each remaining prefix's attention products
+        keep their shapes, and MKL's batched products give a matrix the same bits whatever the batch holds), so the
+        attention multiplies only prefixes with rows, and rows that stand prefix by prefix are grouped by a reshape."""
         self._plan = None
         used = torch.zeros(self.prefix_mask.shape[0], dtype=torch.bool, device=self.owner.device)
         used[self.owner] = True
@@ -273,6 +272,15 @@ class SharedPrefixCache:
             for layer in self.layers:
                 layer.prefix_keys, layer.prefix_values = layer.prefix_keys[keep], layer.prefix_values[keep]
             self.prefix_mask, self.owner = self.prefix_mask[keep], renumber[self.owner]
+
+    def _padded_lineage(self, length: int) -> torch.Tensor:
+        """The lineage left-padded to `length` columns, each padding column fresh (`kvcache.left_pad` zeros)."""
+        padding = fresh_columns(self.lineage.shape[0], length - self.lineage.shape[1], self.lineage.device)
+        return torch.cat([padding, self.lineage], dim=1)
+
+    def compact(self) -> None:
+        """Forget prefixes no row continues and generated columns no row reads."""
+        self._forget_unused_prefixes()
         columns = self.prefix_mask.any(dim=0)
         first = int(columns.int().argmax()) if bool(columns.any()) else 0
         if first:
