@@ -198,7 +198,9 @@ class DecodingPolicy:
         drawn = torch.searchsorted(cdf, points, right=True).clamp(max=cdf.shape[-1] - 1)
         return drawn.squeeze(-1) if tokens is None else tokens.gather(-1, drawn).squeeze(-1)
 
-    def _kept_by_id(self, logits: torch.Tensor, within: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _kept_by_id(
+        self, logits: torch.Tensor, within: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """For a plain top-k policy: the kept tokens' probabilities and ids, in id order, from one top-k pass. The
         inverse CDF over them draws what the full-vocabulary one draws (the tokens left out add exact zeros), at a
         fraction of the memory traffic. None where the full distribution is needed (a nucleus, no top-k, or a tie

@@ -214,10 +214,10 @@ class ScreenedHead(torch.nn.Module):
         self.candidates = columns.expand(rows.shape[0], -1) if candidates is None else candidates
         return logits.view(*hidden.shape[:-1], weight.shape[0])
 
-    def _certified(self, largest: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
+    def _certified(self, descending: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
         """Per row of descending approximate logits: whether its last lies more than twice `error` below its `top`-th,
         so that no token outside them can reach the row's top."""
-        return largest[:, -1] + error < largest[:, self.top - 1] - error
+        return descending[:, -1] + error < descending[:, self.top - 1] - error
 
 
 def sliceable(model: Any) -> bool:

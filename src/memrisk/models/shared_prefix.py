@@ -260,9 +260,10 @@ class SharedPrefixCache:
         self.compact()
 
     def _forget_unused_prefixes(self) -> None:
-        """Drop the prefixes no row continues (their columns stay as wide: each remaining prefix's attention products
-        keep their shapes, and MKL's batched products give a matrix the same bits whatever the batch holds), so the
-        attention multiplies only prefixes with rows, and rows that stand prefix by prefix are grouped by a reshape."""
+        """Drop the prefixes no row continues, so that the attention multiplies only prefixes with rows, and rows that
+        stand prefix by prefix are grouped by a reshape. The columns stay as wide, so each remaining prefix's attention
+        products keep their shapes, and MKL's batched products give a matrix the same bits whatever else the batch
+        holds (`tests/unit/test_shared_prefix.py`)."""
         self._plan = None
         used = torch.zeros(self.prefix_mask.shape[0], dtype=torch.bool, device=self.owner.device)
         used[self.owner] = True
