@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from memrisk import MemriskError, is_extractable, log_n_required, n_required, p_reached, rate_table
@@ -53,6 +53,7 @@ def test_stable_for_log_p_down_to_minus_ten_thousand() -> None:
 
 
 @given(st.floats(-1e4, 0.0), st.sampled_from([0.1, 0.5, 0.9, 0.999]))
+@example(-31.0, 0.999)  # p_reached gives 0.999 exactly at four successive n
 def test_threshold_and_n_required_agree(log_pz: float, p: float) -> None:
     n = n_required(log_pz, p)
     if math.isfinite(n):

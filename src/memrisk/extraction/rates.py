@@ -49,15 +49,25 @@ def p_reached(log_pz: np.ndarray, n: float | np.ndarray) -> np.ndarray:
 
 
 def n_required(log_pz: np.ndarray, p: float) -> np.ndarray:
-    """Smallest integer n with 1 − (1 − p_z)^n ≥ p; inf when p_z = 0 (or n overflows float64)."""
+    """Smallest integer n with 1 − (1 − p_z)^n ≥ p as `p_reached` computes it; inf when p_z = 0 (or n overflows
+    float64). Near p, `p_reached` rises by p_z·(1 − p) per generation, which can be less than float64's spacing there
+    (at p_z = e⁻³¹, p = 0.999, four successive n give 0.999 exactly), so the rounded-up real n is refined by
+    bisection between bounds 10⁻⁹ (relative) either side of it; past 2⁵² generations, where float64 no longer counts
+    every integer, the rounded-up real n stands."""
     log_pz = np.asarray(log_pz, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         n = np.ceil(np.exp(log_n_required(log_pz, p)))
     n = np.where(log_pz >= 0.0, 1.0, np.maximum(n, 1.0))
-    smaller = np.maximum(n - 1.0, 1.0)
-    finite = np.isfinite(n)
-    can_lower = finite & (n > 1.0) & (p_reached(log_pz, np.where(finite, smaller, 1.0)) >= p)
-    return np.where(can_lower, smaller, n)
+    counted = np.isfinite(n) & (n < 2.0**52)
+    estimate = np.where(counted, n, 1.0)
+    low = np.maximum(np.floor(estimate * (1 - 1e-9)) - 1.0, 0.0)  # p_reached(low) < p: low generations fall short
+    high = np.ceil(estimate * (1 + 1e-9)) + 1.0
+    counted &= p_reached(log_pz, high) >= p
+    while bool((counted & (high - low > 1.0)).any()):
+        middle = np.floor((low + high) / 2.0)
+        enough = p_reached(log_pz, middle) >= p
+        high, low = np.where(counted & enough, middle, high), np.where(counted & ~enough, middle, low)
+    return np.where(counted, np.maximum(high, 1.0), n)
 
 
 def log_threshold(n: float | np.ndarray, p: float) -> np.ndarray:
