@@ -39,9 +39,9 @@ def largest(values: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tenso
     if vocab % LARGEST_BLOCK or blocks < 4 * count:
         top = torch.topk(values, count, dim=-1)
         return top.values, top.indices
-    rows = values.reshape(-1, blocks, LARGEST_BLOCK)
-    chosen = torch.topk(rows.amax(dim=-1), count, dim=-1).indices
-    candidates = rows.gather(1, chosen.unsqueeze(-1).expand(-1, -1, LARGEST_BLOCK)).view(len(rows), -1)
+    blocks_of_rows = values.reshape(-1, blocks, LARGEST_BLOCK)
+    chosen = torch.topk(blocks_of_rows.amax(dim=-1), count, dim=-1).indices
+    candidates = blocks_of_rows.gather(1, chosen.unsqueeze(-1).expand(-1, -1, LARGEST_BLOCK)).view(len(blocks_of_rows), -1)
     top = torch.topk(candidates, count, dim=-1)
     ids = chosen.gather(1, top.indices // LARGEST_BLOCK) * LARGEST_BLOCK + top.indices % LARGEST_BLOCK
     return top.values.view(*values.shape[:-1], count), ids.view(*values.shape[:-1], count)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from memrisk import DecodingPolicy, MemriskError
-from memrisk.decoding import score_policies
+from memrisk.decoding import LARGEST_BLOCK, largest, score_policies
 
 
 def reference_log_probs(logits: list[float], policy: DecodingPolicy) -> list[float]:
@@ -213,8 +213,6 @@ def test_children_and_draws_looked_for_among_candidates_are_those_of_the_whole_r
 def test_largest_values_are_top_ks_and_ids_hold_them(rows: int, vocab: int, count: int, levels: int, seed: int) -> None:
     """By blocks where the vocabulary splits into at least 4 × count of them (1,024 and 2,560 ids), by one top-k where it
     does not (2,563 ids: not whole blocks); a few `levels` make ties common, across blocks and the count-th place; a million make them rare."""
-    from memrisk.decoding import largest
-
     generator = torch.Generator().manual_seed(seed)
     values = torch.randint(0, levels, (rows, 2, vocab), generator=generator).float()
     values[..., torch.randint(0, vocab, (3,), generator=generator)] = float("-inf")
@@ -226,8 +224,6 @@ def test_largest_values_are_top_ks_and_ids_hold_them(rows: int, vocab: int, coun
 
 
 def test_largest_finds_values_in_one_block_and_spread_over_many() -> None:
-    from memrisk.decoding import LARGEST_BLOCK, largest
-
     values = torch.zeros(2, 64 * LARGEST_BLOCK)
     values[0, 128:138] = torch.arange(10.0) + 1  # all ten in one block
     values[1, torch.arange(10) * LARGEST_BLOCK + 5] = torch.arange(10.0) + 1  # one in each of ten blocks

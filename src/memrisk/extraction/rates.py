@@ -67,7 +67,7 @@ def n_required(log_pz: np.ndarray, p: float) -> np.ndarray:
         middle = np.floor((low + high) / 2.0)
         enough = p_reached(log_pz, middle) >= p
         high, low = np.where(counted & enough, middle, high), np.where(counted & ~enough, middle, low)
-    return np.where(counted, np.maximum(high, 1.0), n)
+    return np.where(counted, high, n)
 
 
 def log_threshold(n: float | np.ndarray, p: float) -> np.ndarray:
