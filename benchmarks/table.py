@@ -14,7 +14,7 @@ keeps full beams within ε = 5 (rows = windows × B, the printed rows per step);
 the beams to a few rows, and a decode step of few rows is bound by reading the weights, not by arithmetic. FLOPs are
 2 × parameters per token evaluation (CBS paper App. C.3), also where BLAS's screened head (`linears.ScreenedHead`,
 for a top-k policy) multiplies only a few percent of the head's columns exactly. Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
-per figure) plus the weights (and, with oneDNN, their blocked copies, `linears.PackedWeights`), next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
+per figure, after the C allocator hands back the free memory it keeps, `models/allocator.py`) plus the weights (and, with oneDNN, their blocked copies, `linears.PackedWeights`), next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
 budgets for them (`memory.sequence_bytes`). Where a search's time goes is printed under it, from one more run with
 timers around its parts (they cost time of their own), its linear layers' products timed apart: for k-CBS, those products alone against `generate` are the floor of its ratio at that library's
 speed. Goals (issue 21) are printed beside each figure.
@@ -39,7 +39,7 @@ from teacher_forcing import make_windows
 import memrisk
 import memrisk.extraction.cbs as cbs_module
 from memrisk import DecodingPolicy
-from memrisk.models import linears, memory
+from memrisk.models import allocator, linears, memory
 from memrisk.models.throughput import device_peak_flops, forward_flops
 
 STATUS = Path("/proc/self/status")
@@ -63,7 +63,9 @@ def resident(field: str) -> int:
 
 
 def measured(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float, int]:
-    """Result, best wall seconds of `repeats` calls, and the peak resident bytes above the start (Linux)."""
+    """Result, best wall seconds of `repeats` calls, and the peak resident bytes above the start (Linux), the start taken
+    after the C allocator hands back the memory it keeps free (`allocator.release_freed_memory`)."""
+    allocator.release_freed_memory()
     if CLEAR_REFS.exists():
         CLEAR_REFS.write_text("5")
     before = resident("VmRSS")

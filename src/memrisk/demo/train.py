@@ -20,6 +20,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from memrisk.cache import cache_root, save_atomically
 from memrisk.demo.corpus import DemoCorpus
 from memrisk.errors import MemriskError
+from memrisk.models import allocator
 
 EOS_TOKEN = "<|endoftext|>"
 
@@ -117,6 +118,7 @@ def _cache_key(corpus: DemoCorpus, seed: int, config: TrainingConfig) -> str:
 
 def _train_into(directory: Path, corpus: DemoCorpus, seed: int, progress: bool, config: TrainingConfig) -> None:
     """Train tokenizer and model with fixed seeds and save both into ``directory``."""
+    allocator.keep_freed_memory()
     _seed_everything(seed)
     tokenizer = train_tokenizer(corpus.training_documents, config.vocab_size)
     model = train_model(corpus.training_documents, tokenizer, config, seed=seed, progress=progress)

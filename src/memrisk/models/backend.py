@@ -23,7 +23,7 @@ import torch
 
 from memrisk import defaults
 from memrisk.errors import MemriskError, first_line
-from memrisk.models import gguf, kvcache, linears, shared_prefix
+from memrisk.models import allocator, gguf, kvcache, linears, shared_prefix
 from memrisk.models.shared_prefix import SharedPrefixCache
 
 SMOLLM2_ALIAS = "smollm2"
@@ -126,6 +126,8 @@ class LanguageModel:
         self._replicas: list[LanguageModel] = []
         self._screen = linears.HeadScreen()
         self.use_matmul(matmul)
+        if self.device.type == "cpu":
+            allocator.keep_freed_memory()
 
     def use_matmul(self, library: str) -> None:
         """Run the linear layers' products on CPU with `library`: "blas" (torch's own, the default) or "onednn"

@@ -13,6 +13,7 @@ from typing import TypeVar
 import torch
 
 from memrisk.errors import MemriskError
+from memrisk.models import allocator
 from memrisk.models.backend import LanguageModel, ModelShape
 from memrisk.models.kvcache import SPARE_COLUMNS
 
@@ -99,13 +100,15 @@ def free_memory_bytes(device: torch.device) -> int:
     """Bytes free for new tensors on `device`.
 
     CUDA: free device memory plus what PyTorch's caching allocator holds unused. CPU: the
-    kernel's MemAvailable, else the available physical pages. Other device types cannot be
-    measured: pass the free bytes (or a fixed batch size) instead.
+    kernel's MemAvailable (after the C allocator hands back the memory it keeps free), else the
+    available physical pages. Other device types cannot be measured: pass the free bytes (or a
+    fixed batch size) instead.
     """
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     if device.type == "cpu":
+        allocator.release_freed_memory()
         available = meminfo_available(MEMINFO.read_text()) if MEMINFO.is_file() else None
         if available is not None:
             return available
