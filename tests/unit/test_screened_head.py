@@ -92,7 +92,8 @@ def test_a_tie_across_the_margin_widens_the_rows_screen(monkeypatch: pytest.Monk
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_column_logits_are_the_sliced_heads_bits_at_any_width_and_thread_count(threads: int) -> None:
     """Widths where a plain product of gathered columns sums in MKL's other order at 4 threads (17, 100 of K = 576),
-    groups past one slice, and columns in the partial last slice."""
+    groups past one slice, and columns in the partial last slice; the products go into a scratch kept from a call with
+    more rows (its first 40 rows)."""
     head, sliced, _ = heads(hidden_size=576)
     generator = torch.Generator().manual_seed(5)
     hidden = torch.randn(40, 576, generator=generator)
@@ -101,6 +102,8 @@ def test_column_logits_are_the_sliced_heads_bits_at_any_width_and_thread_count(t
     try:
         with torch.inference_mode():
             full = sliced(hidden)
+            wider = torch.randn(64, 576, generator=generator)
+            assert torch.equal(linears.column_logits(wider, head.weight, torch.arange(3)), sliced(wider)[:, :3])
             for count in (1, 17, 100, linears.VOCABULARY_SLICE + 1, 3 * linears.VOCABULARY_SLICE):
                 columns = torch.randperm(VOCAB, generator=generator)[:count].sort().values
                 assert torch.equal(linears.column_logits(hidden, head.weight, columns), full[:, columns])

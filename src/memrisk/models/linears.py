@@ -80,7 +80,7 @@ def column_logits(rows: torch.Tensor, weight: torch.Tensor, columns: torch.Tenso
     17 or 100 columns, in another order)."""
     vocabulary = weight.shape[0]
     full = vocabulary - vocabulary % VOCABULARY_SLICE
-    scratch = rows.new_empty((rows.shape[0], vocabulary))
+    scratch = _scratch(rows, vocabulary)
     inside, tail = columns[columns < full], columns[columns >= full]
     parts = []
     for start in range(0, len(inside), VOCABULARY_SLICE):
@@ -92,6 +92,21 @@ def column_logits(rows: torch.Tensor, weight: torch.Tensor, columns: torch.Tenso
         torch.mm(rows, weight[full:].t(), out=scratch[:, full:])
         parts.append(scratch[:, tail])
     return torch.cat(parts, dim=1)
+
+
+_scratches = threading.local()
+
+
+def _scratch(rows: torch.Tensor, vocabulary: int) -> torch.Tensor:
+    """An uninitialised [rows, vocabulary] output for `column_logits`, kept per thread and reused: its products write
+    only a few of its columns, so a fresh one each step cost a new allocation of the vocabulary's width for a few
+    pages, and glibc served each from new heap pages (0.4 million page faults in the table's Monte Carlo)."""
+    kept = getattr(_scratches, "buffer", None)
+    if kept is None or kept.shape[0] < rows.shape[0] or kept.shape[1] != vocabulary or kept.dtype != rows.dtype \
+            or kept.device != rows.device:
+        kept = rows.new_empty((rows.shape[0], vocabulary))
+        _scratches.buffer = kept
+    return kept[: rows.shape[0]]
 
 
 class HeadScreen:
