@@ -261,7 +261,7 @@ def score_policies(policies: Sequence[DecodingPolicy], logits: torch.Tensor, tar
             normaliser = torch.logsumexp(top[:, :k] / beta, dim=-1)
         else:
             if beta not in full_normalisers:
-                full_normalisers[beta] = torch.logsumexp(raw / beta, dim=-1)
+                full_normalisers[beta] = torch.logsumexp(raw if beta == 1.0 else raw / beta, dim=-1)  # x / 1 is x
             normaliser = full_normalisers[beta]
         if policy._nucleus:
             size, boundary, mass = _nucleus_rows(policy.top_p, raw, beta, top, normaliser, k)
