@@ -244,13 +244,23 @@ def score_policies(policies: Sequence[DecodingPolicy], logits: torch.Tensor, tar
     searched among the largest logits, widening only on rows whose nucleus is not settled.
     A row's score never depends on its batch-mates.
     """
+    return rank_and_score(policies, logits, targets, rank=False)[1]
+
+
+def rank_and_score(
+    policies: Sequence[DecodingPolicy], logits: torch.Tensor, targets: torch.Tensor, rank: bool = True
+) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+    """`tokens_ahead` of each target (with `rank`) and `score_policies`, from the same top-k of each row: a target
+    above a row's smallest kept logit has every token ahead of it among the kept ones, so only the other rows are
+    counted over the whole vocabulary."""
     vocab = logits.shape[-1]
     raw = at_least_float32(logits).reshape(-1, vocab)
     flat_targets = targets.reshape(-1)
     target_raw = raw.gather(1, flat_targets.unsqueeze(1)).squeeze(1)
     widths = [p._k(vocab) for p in policies if p._k(vocab) < vocab]
     widths += [min(p._k(vocab), NUCLEUS_SEARCH) for p in policies if p._nucleus]
-    top = torch.topk(raw, max(widths), dim=-1).values if widths else None
+    top, top_ids = torch.topk(raw, max(widths), dim=-1) if widths else (None, None)
+    ahead = _ranked(raw, flat_targets, target_raw, top, top_ids).reshape(targets.shape) if rank else None
     full_normalisers: dict[float, torch.Tensor] = {}
     out = []
     for policy in policies:
@@ -273,7 +283,23 @@ def score_policies(policies: Sequence[DecodingPolicy], logits: torch.Tensor, tar
         else:
             score = target - normaliser
         out.append(score.reshape(targets.shape))
-    return out
+    return ahead, out
+
+
+def _ranked(
+    raw: torch.Tensor, targets: torch.Tensor, target: torch.Tensor, top: torch.Tensor | None, top_ids: torch.Tensor | None
+) -> torch.Tensor:
+    """`tokens_ahead` of each row of `raw` [N, V]: counted among its `top` logits (descending, ids `top_ids`) where its
+    target's logit lies above the smallest of them, as every logit at least as large is then among them."""
+    if top is None:
+        return tokens_ahead(raw, targets)
+    known = target > top[:, -1]
+    value, token = target.unsqueeze(1), targets.unsqueeze(1)
+    ahead = ((top > value) | ((top == value) & (top_ids < token))).sum(-1)
+    if not bool(known.all()):
+        rows = (~known).nonzero().squeeze(1)
+        ahead[rows] = tokens_ahead(raw[rows], targets[rows])
+    return ahead
 
 
 def _nucleus_rows(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from memrisk import DecodingPolicy, MemriskError
-from memrisk.decoding import LARGEST_BLOCK, largest, score_policies
+from memrisk.decoding import LARGEST_BLOCK, largest, rank_and_score, score_policies, tokens_ahead
 
 
 def reference_log_probs(logits: list[float], policy: DecodingPolicy) -> list[float]:
@@ -230,3 +230,20 @@ def test_largest_finds_values_in_one_block_and_spread_over_many() -> None:
     got, ids = largest(values, 10)
     assert got.tolist() == [list(range(10, 0, -1))] * 2
     assert ids[0].tolist() == list(range(137, 127, -1)) and ids[1].tolist() == [j * LARGEST_BLOCK + 5 for j in range(9, -1, -1)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 6), st.sampled_from([50, 300]), st.sampled_from([2, 5, 10**6]), st.integers(0, 2**31),
+       st.sampled_from([[DecodingPolicy(top_k=3)], [DecodingPolicy(top_p=0.5)], [DecodingPolicy()],
+                        [DecodingPolicy(top_k=40), DecodingPolicy(top_p=0.9, temperature=0.7)]]))
+def test_ranks_from_the_shared_top_k_are_the_full_counts(rows: int, vocab: int, levels: int, seed: int, policies: list) -> None:
+    """Targets above, at and below each row's smallest kept logit, with ties among the kept ones (few `levels`), get
+    the ranks `tokens_ahead` counts over the whole row; the scores are `score_policies`'."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randint(0, levels, (rows, 2, vocab), generator=generator).float()
+    targets = torch.randint(0, vocab, (rows, 2), generator=generator)
+    targets[0, 0] = int(logits[0, 0].argmax())
+    ahead, scores = rank_and_score(policies, logits, targets)
+    assert torch.equal(ahead, tokens_ahead(logits, targets))
+    for got, want in zip(scores, score_policies(policies, logits, targets)):
+        assert torch.equal(got, want)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from memrisk.decoding import DecodingPolicy, at_least_float32, score_policies, tokens_ahead
+from memrisk.decoding import DecodingPolicy, at_least_float32, rank_and_score
 from memrisk.extraction.inputs import as_model, as_policies, batch_slices, padded, prefix_suffix_pairs
 from memrisk.signature import signature
 
@@ -110,10 +110,10 @@ def score_positions(
     flat, flat_targets = logits.reshape(-1, vocab), targets.reshape(-1)
     rows = len(flat) if logits.device.type != "cpu" else max(CACHED_POSITIONS, 2 * torch.get_num_threads())
     count = max(1, len(flat) // rows)
-    parts = [
-        [tokens_ahead(part, part_targets), *score_policies(policies, part, part_targets), *raw_log_prob_moments(part, part_targets)]
-        for part, part_targets in zip(flat.tensor_split(count), flat_targets.tensor_split(count))
-    ]
+    parts = []
+    for part, part_targets in zip(flat.tensor_split(count), flat_targets.tensor_split(count)):
+        ahead, scores = rank_and_score(policies, part, part_targets)
+        parts.append([ahead, *scores, *raw_log_prob_moments(part, part_targets)])
     joined = [torch.cat(column).reshape(targets.shape) for column in zip(*parts)]
     return joined[0], joined[1:1 + len(policies)], joined[1 + len(policies):]
 

@@ -26,7 +26,7 @@ MEMINFO = Path("/proc/meminfo")
 # The heaviest path, top-p `DecodingPolicy.log_probs` (also behind `sample` and `top_children`),
 # peaks at 9¼: scaled logits, log-probabilities, sorted log-probabilities and their int64 order
 # (3), probabilities, the mass before each token, the int64 count of kept tokens (2) and a mask (¼).
-# Teacher-forced scoring (`score_policies` after `tokens_ahead`) peaks lower, at 7 (8 when the
+# Teacher-forced scoring (`rank_and_score`) peaks lower, at 7 (8 when the
 # model's logits are bfloat16 and are first copied to float32).
 DECODING_COPIES = 10
 # Tensors of one layer's forward pass, per token, in units of the hidden size, of one query/key
