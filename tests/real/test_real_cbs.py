@@ -41,10 +41,34 @@ def test_cbs_on_a_licence_window_reports_bounds_and_cost(smollm2) -> None:
     assert pruned.upper_bound("levenshtein", 3) < 1.0
 
 
+def rows_alike_at_one_and_two_threads(lm: memrisk.LanguageModel) -> bool:
+    """Whether this machine's BLAS gives each of the first rows of SmolLM2's products at two threads the bits of the
+    same rows alone at one thread, at the row counts of the test below (8 and 4, 64 and 32): so on the AMD EPYC these
+    tests were written on; not so on an Intel Xeon with AVX-512, where MKL takes other kernels."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    kept = torch.get_num_threads()
+    try:
+        layers = [m.weight for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
+        for weight in (lm.model.get_output_embeddings().weight, *layers[:7]):
+            for rows in (8, 64):
+                hidden = torch.randn(rows, weight.shape[1], generator=generator)
+                torch.set_num_threads(2)
+                both = hidden @ weight.t()
+                torch.set_num_threads(1)
+                if not torch.equal(both[: rows // 2], hidden[: rows // 2] @ weight.t()):
+                    return False
+    finally:
+        torch.set_num_threads(kept)
+    return True
+
+
 def test_k_cbs_dealt_into_two_shares_gives_the_one_pool_results_bit_for_bit(smollm2) -> None:
     """Two pools side by side, one thread each, against one pool on two threads. Every forward holds rows enough for
     torch's products to compute a row alike in both (`models.shares`): the prefills' heads 8 rows at two threads and 4 at
-    one, the steps 64 and 32. So every float is equal."""
+    one, the steps 64 and 32. So every float is equal, where this machine's BLAS computes a row alike at those counts;
+    elsewhere the same candidates and stops, with log-probabilities equal to float32 rounding."""
     import torch
 
     ids = smollm2.encode(MIT)
@@ -60,7 +84,13 @@ def test_k_cbs_dealt_into_two_shares_gives_the_one_pool_results_bit_for_bit(smol
     finally:
         torch.set_num_threads(kept)
     assert len(one[0].candidates) == 8 * 40
-    assert one == two
+    if rows_alike_at_one_and_two_threads(smollm2):
+        assert one == two
+    else:
+        for a, b in zip(one, two):
+            mine, theirs = {c.tokens: c.log_p for c in a.candidates}, {c.tokens: c.log_p for c in b.candidates}
+            assert mine.keys() == theirs.keys() and a.stop == b.stop and a.token_evals == b.token_evals
+            assert [mine[t] for t in mine] == pytest.approx([theirs[t] for t in mine], rel=1e-5)
 
 
 def test_k_cbs_with_the_screened_head_gives_the_full_heads_results_bit_for_bit(smollm2, monkeypatch) -> None:
