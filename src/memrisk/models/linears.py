@@ -99,8 +99,8 @@ _scratches = threading.local()
 
 def _scratch(rows: torch.Tensor, vocabulary: int) -> torch.Tensor:
     """An uninitialised [rows, vocabulary] output for `column_logits`, kept per thread and reused: its products write
-    only a few of its columns, so a fresh one each step cost a new allocation of the vocabulary's width for a few
-    pages, and glibc served each from new heap pages (0.4 million page faults in the table's Monte Carlo)."""
+    only a few of its columns, and a fresh one each step was an allocation of the vocabulary's width that glibc's
+    aligned allocations could not serve from the last one freed, so the heap grew and was trimmed again and again."""
     kept = getattr(_scratches, "buffer", None)
     if kept is None or kept.shape[0] < rows.shape[0] or kept.shape[1] != vocabulary or kept.dtype != rows.dtype \
             or kept.device != rows.device:
