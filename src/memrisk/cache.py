@@ -29,3 +29,26 @@ def save_atomically(folder: Path, save: Callable[[Path], None]) -> None:
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def cached_text(name: str, make: Callable[[], str]) -> str:
+    """The text kept in the cache as `name`, made by `make()` on first use and kept: written beside its place and
+    renamed, so a reader never sees part of it. Where the cache cannot be written the text is made every time."""
+    path = cache_root() / name
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    text = make()
+    staging = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}-", delete=False) as handle:
+            staging = Path(handle.name)
+            handle.write(text)
+        staging.chmod(0o644)
+        staging.replace(path)
+    except OSError:
+        if staging is not None:
+            staging.unlink(missing_ok=True)
+    return text

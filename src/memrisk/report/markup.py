@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memrisk import rules
+from memrisk.cache import cached_text
 from memrisk.report import charts
 
 LIST_LIMIT = 50
@@ -166,10 +167,11 @@ def unpacked_json(text: str) -> object:
 
 @functools.cache
 def vega_bundle() -> str:
-    """Vega, Vega-Lite and Vega-Embed as one script that sets them on `window` (from vl-convert, built once)."""
+    """Vega, Vega-Lite and Vega-Embed as one script that sets them on `window`. vl-convert builds it (about 1.5 s of
+    every process that wrote a page), so it is kept in memrisk's cache, once per vl-convert version."""
     import vl_convert
 
-    return vl_convert.javascript_bundle()
+    return cached_text(f"vega/vega-embed-{vl_convert.__version__}.js", vl_convert.javascript_bundle)
 
 
 def chart_html(spec: dict[str, Any], name: str, caption: str, explorer: int | None = None,
