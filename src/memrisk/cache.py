@@ -1,4 +1,5 @@
-"""memrisk's cache on this machine (trained demo models, corpus indexes) and how a folder enters it whole."""
+"""memrisk's cache on this machine (trained demo models, corpus indexes, the report pages' Vega-Embed script) and how
+an entry enters it whole."""
 
 from __future__ import annotations
 
