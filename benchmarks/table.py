@@ -207,6 +207,7 @@ def main() -> None:
                               for library, peak in peaks.items()), flush=True)
 
     def peak_now(library: str) -> float:
+        """`library`'s matmul peak, measured now for PEAK_SECONDS."""
         return device_peak_flops(lm.device, seconds=PEAK_SECONDS, matmul=library)
 
     def beside_peaks(run: Callable[[], Any], flops: Callable[[Any], float], library: str) -> tuple[Any, float, float, int]:
