@@ -3,11 +3,14 @@ an entry enters it whole."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from memrisk.files import atomic_write_text
 
 
 def cache_root() -> Path:
@@ -33,23 +36,14 @@ def save_atomically(folder: Path, save: Callable[[Path], None]) -> None:
 
 
 def cached_text(name: str, make: Callable[[], str]) -> str:
-    """The text kept in the cache as `name`, made by `make()` on first use and kept: written beside its place and
-    renamed, so a reader never sees part of it. Where the cache cannot be written the text is made every time."""
+    """The text kept in the cache as `name`, made by `make()` on first use and kept, written whole
+    (`files.atomic_write_text`). Where the cache cannot be written the text is made every time."""
     path = cache_root() / name
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         pass
     text = make()
-    staging = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}-", delete=False) as handle:
-            staging = Path(handle.name)
-            handle.write(text)
-        staging.chmod(0o644)
-        staging.replace(path)
-    except OSError:
-        if staging is not None:
-            staging.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        atomic_write_text(path, text)
     return text

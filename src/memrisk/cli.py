@@ -125,7 +125,7 @@ def _books_score(args: argparse.Namespace) -> None:
     from memrisk.books.diffview import diff_page
     from memrisk.books.nvrecall import nv_recall
     from memrisk.books.run import read_book
-    from memrisk.store import atomic_write_bytes
+    from memrisk.files import atomic_write_text
 
     book, generated = read_book(args.book), Path(args.generated)
     try:
@@ -138,7 +138,7 @@ def _books_score(args: argparse.Namespace) -> None:
     print(result.signature)
     if args.html:
         page = diff_page(book, generation, result, title=f"{Path(args.book).name} vs {generated.name}", context_words=args.context_words)
-        atomic_write_bytes(Path(args.html), page.encode("utf-8"))
+        atomic_write_text(Path(args.html), page)
         print(f"diff view written to {args.html}")
 
 

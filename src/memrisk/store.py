@@ -1,4 +1,4 @@
-"""The record store: the only writer of files.
+"""The record store: the only writer of run files.
 
 A run directory holds Parquet shards under `records/`, a `manifest.json` that lists the
 committed shards and the settings that made them, the resolved `config.yaml`, `versions.json`
@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,27 +22,10 @@ import pyarrow.parquet as pq
 import yaml
 
 from memrisk.errors import MemriskError, first_line
+from memrisk.files import atomic_write_bytes
 from memrisk.layout import CONFIG, MANIFEST, RECORDS
 
 log = logging.getLogger(__name__)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def config_fingerprint(config: Mapping[str, Any]) -> str:

@@ -1,10 +1,9 @@
-"""Unit tests of memrisk.store: atomic writes, the record store's shards and manifest, refusals, the request log."""
+"""Unit tests of memrisk.store: the record store's shards and manifest, refusals, the request log."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +16,6 @@ from memrisk.errors import MemriskError
 from memrisk.store import (
     RecordStore,
     RequestLog,
-    atomic_write_bytes,
     config_fingerprint,
     refuse_changed_settings,
     remove_temporary_files,
@@ -33,53 +31,6 @@ json_values = st.recursive(
 
 def shard_names(root):
     return sorted(p.name for p in (root / "records").glob("*"))
-
-
-# --- atomic_write_bytes ----------------------------------------------------------------------
-
-
-def test_atomic_write_creates_folders_replaces_and_leaves_no_temporary_file(tmp_path):
-    path = tmp_path / "a" / "b" / "f.bin"
-    atomic_write_bytes(path, b"first")
-    atomic_write_bytes(path, b"second")
-    assert path.read_bytes() == b"second"
-    assert [p.name for p in path.parent.iterdir()] == ["f.bin"]
-
-
-@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
-def test_atomic_write_gives_the_mode_a_plain_open_would(tmp_path, umask, mode):
-    """mkstemp makes 0600 files; the write restores 0666 minus the umask, as open() would."""
-    old = os.umask(umask)
-    try:
-        atomic_write_bytes(tmp_path / "f", b"x")
-    finally:
-        os.umask(old)
-    assert (tmp_path / "f").stat().st_mode & 0o777 == mode
-
-
-def test_a_failed_rename_removes_the_temporary_file(tmp_path):
-    """The target is a non-empty folder, so os.replace fails after the data is written."""
-    target = tmp_path / "f"
-    target.mkdir()
-    (target / "inside").write_bytes(b"kept")
-    with pytest.raises(OSError):
-        atomic_write_bytes(target, b"data")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
-    assert (target / "inside").read_bytes() == b"kept"
-
-
-def test_an_interrupt_during_the_write_removes_the_temporary_file_and_keeps_the_old_content(tmp_path, monkeypatch):
-    path = tmp_path / "f"
-    path.write_bytes(b"old")
-
-    def interrupted(fd):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(os, "fsync", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        atomic_write_bytes(path, b"new")
-    assert path.read_bytes() == b"old"
-    assert [p.name for p in tmp_path.iterdir()] == ["f"]
 
 
 # --- config_fingerprint ----------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
 from collections import Counter
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memrisk.demo.prose import normalise, source_documents
+from memrisk.files import atomic_write_text
 
 DUPLICATION_COUNTS: tuple[int, ...] = (1, 4, 16, 64)
 PASSAGES_PER_COUNT = 8
@@ -163,10 +163,7 @@ def write_training_corpus(corpus: DemoCorpus, folder: Path) -> Path:
     counts the demo's experiment records."""
     path = training_corpus_file(corpus, folder)
     if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        staging.write_text("".join(json.dumps({"text": text}) + "\n" for text in corpus.training_documents), encoding="utf-8")
-        os.replace(staging, path)
+        atomic_write_text(path, "".join(json.dumps({"text": text}) + "\n" for text in corpus.training_documents))
     return path
 
 

@@ -31,7 +31,7 @@ from memrisk.demo.train import TrainingConfig, cache_root, save_atomically, skel
 from memrisk.errors import MemriskError
 from memrisk.models.backend import LanguageModel
 from memrisk.runner import load_run_model
-from memrisk.store import atomic_write_bytes
+from memrisk.files import atomic_write_text
 
 COUNTERFACTUAL_BASE = "pa-counterfactual"
 """`base: pa-counterfactual` in a study YAML, with its options in a `pa-counterfactual:` section."""
@@ -132,7 +132,7 @@ class CounterfactualCorpus:
         paths = self.folder / "data" / "targets.jsonl", self.folder / "data" / "base.jsonl"
         for path, texts in zip(paths, self.texts):
             if not path.is_file():
-                atomic_write_bytes(path, "".join(json.dumps({"text": t}) + "\n" for t in texts).encode("utf-8"))
+                atomic_write_text(path, "".join(json.dumps({"text": t}) + "\n" for t in texts))
         return paths
 
     def model_dir(self, name: str, progress: bool = True) -> Path:
