@@ -21,7 +21,6 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from memrisk.config import ExperimentConfig
-from memrisk.decoding import DecodingPolicy
 from memrisk.data.sources import Document
 from memrisk.data.windows import Example
 from memrisk.errors import MemriskError, first_line
@@ -62,10 +61,10 @@ class ScoringWorker:
     error it is instead of a dead actor.
     """
 
-    def __init__(self, config: ExperimentConfig, policies: Sequence[DecodingPolicy] = ()) -> None:
+    def __init__(self, config: ExperimentConfig, passes: SharedPasses | None = None) -> None:
         self.config = config
         self.lm = None
-        self.passes = SharedPasses(policies)
+        self.passes = passes or SharedPasses()
 
     def _model(self, config: ExperimentConfig | None = None) -> Any:
         if self.lm is None:
@@ -109,11 +108,11 @@ class WorkerPool:
     """Ray actors holding model replicas; a dead one is replaced on the spot."""
 
     def __init__(self, ray: Any, config: ExperimentConfig, count: int, cpus: float, gpus: float, report: PoolReport,
-                 policies: Sequence[DecodingPolicy] = ()) -> None:
-        self.ray, self.config, self.report, self.policies = ray, config, report, tuple(policies)
+                 passes: SharedPasses | None = None) -> None:
+        self.ray, self.config, self.report, self.passes = ray, config, report, passes
         quiet = {"env_vars": {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}}
         self.remote_class = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0, runtime_env=quiet)(ScoringWorker)
-        self.actors = [self.remote_class.remote(config, self.policies) for _ in range(count)]
+        self.actors = [self.remote_class.remote(config, self.passes) for _ in range(count)]
         self.replacement_calls: list[Any] = []
         report.workers = self._started()
 
@@ -144,7 +143,7 @@ class WorkerPool:
     def replace(self, actor: Any) -> Any:
         """A fresh worker in place of a dead one."""
         self.ray.kill(actor, no_restart=True)
-        fresh = self.remote_class.remote(self.config, self.policies)
+        fresh = self.remote_class.remote(self.config, self.passes)
         self.actors[self.actors.index(actor)] = fresh
         self.replacement_calls.append(fresh.describe.remote())
         self.report.replaced_workers += 1
@@ -242,11 +241,12 @@ def ray_connection(address: str | None) -> Iterator[Any]:
 
 
 @contextmanager
-def worker_pool(ray: Any, config: ExperimentConfig, policies: Sequence[DecodingPolicy] = ()) -> Iterator[WorkerPool]:
-    """Workers holding `config`'s model, sized to the cluster; stopped on exit."""
+def worker_pool(ray: Any, config: ExperimentConfig, passes: SharedPasses | None = None) -> Iterator[WorkerPool]:
+    """Workers holding `config`'s model, sized to the cluster, each sharing its passes among the cells it scores as
+    `passes` (still empty) declares; stopped on exit."""
     count, cpus, gpus = worker_resources(config, ray.cluster_resources())
     report = PoolReport(ray.get_runtime_context().gcs_address, ray.__version__, cpus, gpus)
-    pool = WorkerPool(ray, config, count, cpus, gpus, report, policies)
+    pool = WorkerPool(ray, config, count, cpus, gpus, report, passes)
     try:
         yield pool
     finally:

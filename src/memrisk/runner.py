@@ -127,11 +127,12 @@ def score_examples(
     for the shared teacher-forcing pass) divided evenly among its windows: the methods work on the whole batch.
     In a study, `passes` holds what other cells computed for the same windows and settings (reused, with its time).
     """
-    chunk = Chunk(config, lm, examples, setups or {}, passes or SharedPasses())
+    methods = configured(config)
+    chunk = Chunk(config, lm, examples, setups or {}, passes or SharedPasses(), moments=any(m.reads_moments for m in methods))
     scores, seconds_tf = chunk.teacher_forcing
     records = [base_record(lm, example, scores, i) for i, example in enumerate(examples)]
     seconds = {TEACHER_FORCING: seconds_tf}
-    for method in configured(config):
+    for method in methods:
         columns, seconds[method.name] = chunk.method_columns(method)
         for record, values in zip(records, columns):
             record |= values

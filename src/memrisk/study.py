@@ -34,7 +34,6 @@ from memrisk.layout import CELLS
 from memrisk.config import ExperimentConfig, parse_config, read_yaml_mapping, validated
 from memrisk.errors import MemriskError
 from memrisk.lock import locked_folder
-from memrisk.decoding import DecodingPolicy
 from memrisk.distributed import ray_connection, run_on_pool, worker_pool
 from memrisk.methods import configured
 from memrisk.methods.shared import SharedPasses
@@ -257,10 +256,12 @@ def dry_run_lines(cells: list[Cell]) -> list[str]:
     return lines
 
 
-def policies_of(cells: list[Cell], model_settings: dict[str, Any]) -> list[DecodingPolicy]:
-    """Every decoding policy of the cells that use this model: one teacher-forcing pass scores them all."""
-    return [p.policy() for cell in cells if not cell.books and cell.config.model.model_dump() == model_settings
-            for p in cell.config.policies]
+def passes_of(cells: list[Cell], model_settings: dict[str, Any]) -> SharedPasses:
+    """The passes the cells that use this model share: one teacher-forcing pass scores every decoding policy of theirs,
+    with the Min-K%++ moments when one of their methods reads them."""
+    mine = [cell.config for cell in cells if not cell.books and cell.config.model.model_dump() == model_settings]
+    return SharedPasses([p.policy() for config in mine for p in config.policies],
+                        moments=any(method.reads_moments for config in mine for method in configured(config)))
 
 
 class LocalCells:
@@ -277,7 +278,7 @@ class LocalCells:
         settings = cell.config.model.model_dump()
         if self.loaded is None or self.loaded[0] != settings:
             self.loaded = None  # the previous model and its shared passes are released before the next one loads
-            self.loaded = (settings, self.load(cell.config), SharedPasses(policies_of(self.cells, settings)))
+            self.loaded = (settings, self.load(cell.config), passes_of(self.cells, settings))
         elif cell.config.model.batch_size == "auto":
             self.loaded[1].batch_size = fitting_batch_size(cell.config, self.loaded[1])  # e.g. a wider beam needs a smaller batch
         _, lm, passes = self.loaded
@@ -300,7 +301,7 @@ class RayCells:
         if self.pool is None or self.pool[0] != settings:
             self.close()
             stack = ExitStack()
-            self.pool = (settings, stack, stack.enter_context(worker_pool(self.ray, cell.config, policies_of(self.cells, settings))))
+            self.pool = (settings, stack, stack.enter_context(worker_pool(self.ray, cell.config, passes_of(self.cells, settings))))
         return run_on_pool(self.pool[2], cell.config, folder, force=self.force, progress=self.progress)
 
     def close(self) -> None:

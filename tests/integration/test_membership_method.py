@@ -28,7 +28,7 @@ def test_memrisk_run_writes_the_scores_their_roc_and_the_report(tmp_path, model_
     rows = records(tmp_path / "out")
     lm = memrisk.load_model(str(model_dir))
     row = rows[0]
-    direct = memrisk.verbatim_scores(lm, [row["prefix_ids"]], [row["suffix_ids"]], DecodingPolicy())
+    direct = memrisk.verbatim_scores(lm, [row["prefix_ids"]], [row["suffix_ids"]], DecodingPolicy(), moments=True)
     assert np.allclose(row["mia.token_log_p"], direct.raw_log_probs[0], atol=1e-6)
     assert np.allclose(row["mia.token_mu"], direct.log_prob_mean[0], atol=1e-6)
     assert np.allclose(row["mia.token_sigma"], direct.log_prob_std[0], atol=1e-6)
@@ -84,7 +84,7 @@ def test_the_reference_ratio_is_target_minus_reference_log_likelihood(tmp_path, 
     rows = records(tmp_path / "out")
     reference = memrisk.load_model(str(other_model_dir))
     row = rows[0]
-    direct = memrisk.verbatim_scores(reference, [row["prefix_ids"]], [row["suffix_ids"]], DecodingPolicy())
+    direct = memrisk.verbatim_scores(reference, [row["prefix_ids"]], [row["suffix_ids"]], DecodingPolicy(), moments=True)
     assert np.allclose(row["mia.reference_token_log_p"], direct.raw_log_probs[0], atol=1e-6)
     for r in rows:
         assert r["mia.reference"] == pytest.approx(r["mia.loss"] - np.mean(r["mia.reference_token_log_p"]), abs=1e-6)

@@ -81,6 +81,21 @@ def test_cells_that_agree_on_a_pass_share_it_and_still_equal_their_own_runs(tmp_
             assert (cbs_times[a.name] == cbs_times[b.name]) == same, f"{a.name} and {b.name}"
 
 
+def test_a_cell_that_reads_no_moments_shares_the_pass_that_computes_them(tmp_path, model_dir) -> None:
+    """Teacher forcing computes the Min-K%++ moments only for membership inference; in a study whose first cell has
+    no membership method and whose second has, both cells share one pass that computes them, and each cell's records
+    still equal `memrisk run` of its config, bitwise."""
+    study = write_study(tmp_path, model_dir, {"methods": [["probabilistic"], ["probabilistic", "membership"]]})
+    run_study(study, tmp_path / "out", progress=False)
+    _, (plain, membership) = load_study(study)
+    for cell in (plain, membership):
+        run_experiment(cell.config, tmp_path / "single" / cell.name, progress=False)
+        assert records(tmp_path / "out" / "cells" / cell.name) == records(tmp_path / "single" / cell.name)
+    mine, theirs = wall_times(tmp_path / "out", plain.name), wall_times(tmp_path / "out", membership.name)
+    assert [r["seconds.teacher_forcing"] for r in mine] == [r["seconds.teacher_forcing"] for r in theirs], "one pass"
+    assert "mia.min_k_pp" in records(tmp_path / "out" / "cells" / membership.name)[0]
+
+
 def test_a_rerun_runs_only_the_missing_cells_and_a_changed_study_is_refused(tmp_path, model_dir) -> None:
     study = write_study(tmp_path, model_dir, {"cbs.beam_width": [1, 2]})
     run_study(study, tmp_path / "out", progress=False)

@@ -34,7 +34,7 @@ def direct_moments(model, prefix: list[int], suffix: list[int]) -> tuple[torch.T
 
 
 def test_teacher_forcing_gives_raw_log_probs_and_their_moments_over_the_vocabulary(tiny_model) -> None:
-    scores = memrisk.verbatim_scores(tiny_model, [PREFIX], [SUFFIX], [DecodingPolicy(top_k=2), DecodingPolicy()])
+    scores = memrisk.verbatim_scores(tiny_model, [PREFIX], [SUFFIX], [DecodingPolicy(top_k=2), DecodingPolicy()], moments=True)
     log_p, mu, sigma = direct_moments(tiny_model, PREFIX, SUFFIX)
     assert np.allclose(scores.raw_log_probs[0], log_p.numpy(), atol=1e-5)
     assert np.allclose(scores.log_prob_mean[0], mu.numpy(), atol=1e-5)
@@ -46,8 +46,18 @@ def test_teacher_forcing_gives_raw_log_probs_and_their_moments_over_the_vocabula
     assert scores.select([DecodingPolicy()]).log_prob_std is scores.log_prob_std
 
 
+def test_moments_are_computed_only_when_asked_and_change_no_other_number(tiny_model) -> None:
+    policies = [DecodingPolicy(top_k=2), DecodingPolicy(), DecodingPolicy(top_p=0.8)]
+    plain = memrisk.verbatim_scores(tiny_model, [PREFIX, PREFIX], [SUFFIX, SUFFIX[:3]], policies)
+    asked = memrisk.verbatim_scores(tiny_model, [PREFIX, PREFIX], [SUFFIX, SUFFIX[:3]], policies, moments=True)
+    assert plain.raw_log_probs is None and plain.log_prob_mean is None and plain.log_prob_std is None
+    assert asked.raw_log_probs.shape == asked.log_prob_std.shape == (2, len(SUFFIX))
+    for name in ("log_p", "token_log_probs", "ranks", "suffix_lengths"):  # the same computation: equal bit for bit
+        np.testing.assert_array_equal(getattr(plain, name), getattr(asked, name))
+
+
 def test_moments_are_zero_past_a_shorter_suffix(tiny_model) -> None:
-    scores = memrisk.verbatim_scores(tiny_model, [PREFIX, PREFIX], [SUFFIX, SUFFIX[:2]], DecodingPolicy())
+    scores = memrisk.verbatim_scores(tiny_model, [PREFIX, PREFIX], [SUFFIX, SUFFIX[:2]], DecodingPolicy(), moments=True)
     assert np.all(scores.raw_log_probs[1, 2:] == 0) and np.all(scores.log_prob_std[1, 2:] == 0)
     assert np.allclose(scores.log_prob_mean[1, :2], scores.log_prob_mean[0, :2], atol=1e-6)
 

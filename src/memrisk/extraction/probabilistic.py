@@ -29,10 +29,11 @@ class VerbatimScores:
     `log_p[i, j]` is log p_z of example i under policy j (−inf when a target token falls
     outside the policy's kept set). `token_log_probs[i, j, t]` are the per-step terms and
     `ranks[i, t]` the 1-based rank of target token t among the raw logits (ties go to the
-    lower token id); both are 0 past the end of a shorter suffix. `raw_log_probs[i, t]` is log p of
-    target token t under the raw model (temperature 1, no truncation), and `log_prob_mean[i, t]`,
-    `log_prob_std[i, t]` the mean and standard deviation of log p(z) over the vocabulary with z drawn
-    from that same distribution (Min-K%++, Zhang et al. 2024); all three are 0 past the end.
+    lower token id); both are 0 past the end of a shorter suffix. With `moments` (only membership
+    inference reads them), `raw_log_probs[i, t]` is log p of target token t under the raw model
+    (temperature 1, no truncation), and `log_prob_mean[i, t]`, `log_prob_std[i, t]` the mean and
+    standard deviation of log p(z) over the vocabulary with z drawn from that same distribution
+    (Min-K%++, Zhang et al. 2024); all three are 0 past the end, and None without `moments`.
     """
 
     policies: tuple[DecodingPolicy, ...]
@@ -40,9 +41,9 @@ class VerbatimScores:
     token_log_probs: np.ndarray
     ranks: np.ndarray
     suffix_lengths: np.ndarray
-    raw_log_probs: np.ndarray
-    log_prob_mean: np.ndarray
-    log_prob_std: np.ndarray
+    raw_log_probs: np.ndarray | None = None
+    log_prob_mean: np.ndarray | None = None
+    log_prob_std: np.ndarray | None = None
 
     @property
     def signature(self) -> str:
@@ -69,9 +70,11 @@ def verbatim_scores(
     suffixes: Any,
     policies: DecodingPolicy | Sequence[DecodingPolicy],
     *,
+    moments: bool = False,
     progress: bool = False,
 ) -> VerbatimScores:
-    """Score every suffix under every policy from one teacher-forced pass per batch."""
+    """Score every suffix under every policy from one teacher-forced pass per batch; with `moments`, also the raw
+    log-probabilities and their Min-K%++ moments (a few more passes over each position's vocabulary)."""
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
     policies = as_policies(policies)
@@ -79,31 +82,32 @@ def verbatim_scores(
     lengths = np.array([len(s) for s in suffix_ids], dtype=np.int64)
     token_log_probs = np.zeros((n, len(policies), max_t), dtype=np.float32)
     ranks = np.zeros((n, max_t), dtype=np.int64)
-    raw = np.zeros((3, n, max_t), dtype=np.float32)
+    raw = np.zeros((3, n, max_t), dtype=np.float32) if moments else None
     bar = tqdm(total=n, desc="teacher forcing", unit="seq", disable=not progress)
     for rows in batch_slices(n, lm.batch_size):
         logits = lm.suffix_logits(prefix_ids[rows], suffix_ids[rows])
         width = logits.shape[1]
         targets = padded(suffix_ids[rows], width, logits.device)
         valid = torch.arange(width, device=logits.device) < torch.as_tensor(lengths[rows], device=logits.device)[:, None]
-        rank, steps, moments = score_positions(policies, logits, targets)
+        rank, steps, raw_columns = score_positions(policies, logits, targets, moments)
         ranks[rows, :width] = ((rank + 1) * valid).cpu().numpy()
         for j, step in enumerate(steps):
             token_log_probs[rows, j, :width] = step.masked_fill(~valid, 0.0).cpu().numpy()
-        for k, values in enumerate(moments):
+        for k, values in enumerate(raw_columns):
             raw[k, rows, :width] = values.masked_fill(~valid, 0.0).cpu().numpy()
         bar.update(rows.stop - rows.start)
     bar.close()
     log_p = token_log_probs.astype(np.float64).sum(axis=2)
-    return VerbatimScores(policies, log_p, token_log_probs, ranks, lengths, *raw)
+    return VerbatimScores(policies, log_p, token_log_probs, ranks, lengths, *(raw if moments else ()))
 
 
 def score_positions(
-    policies: Sequence[DecodingPolicy], logits: torch.Tensor, targets: torch.Tensor
+    policies: Sequence[DecodingPolicy], logits: torch.Tensor, targets: torch.Tensor, moments: bool = False
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-    """Per position ([..., V], [...]): the target's 0-based rank, its log-probability under each policy and the raw
-    moments (`raw_log_prob_moments`). On a CPU the positions go a few at a time, so that each of the dozen passes over
-    the vocabulary reads from cache instead of memory (half the time at 49,152 tokens). A position's numbers never
+    """Per position ([..., V], [...]): the target's 0-based rank, its log-probability under each policy and, with
+    `moments`, the raw moments (`raw_log_prob_moments`; an empty list without). On a CPU the positions go a few at a
+    time, so that each of the dozen passes over the vocabulary reads from cache instead of memory (half the time at
+    49,152 tokens). A position's numbers never
     depend on its batch-mates, and every part (⌊n / rows⌋ near-equal slices) holds at least two positions per thread,
     so each position is still reduced by one thread: the values are those of all positions at once, bit for bit."""
     vocab = logits.shape[-1]
@@ -113,7 +117,7 @@ def score_positions(
     parts = []
     for part, part_targets in zip(flat.tensor_split(count), flat_targets.tensor_split(count)):
         ahead, scores = rank_and_score(policies, part, part_targets)
-        parts.append([ahead, *scores, *raw_log_prob_moments(part, part_targets)])
+        parts.append([ahead, *scores, *(raw_log_prob_moments(part, part_targets) if moments else ())])
     joined = [torch.cat(column).reshape(targets.shape) for column in zip(*parts)]
     return joined[0], joined[1:1 + len(policies)], joined[1 + len(policies):]
 

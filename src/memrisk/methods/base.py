@@ -55,6 +55,8 @@ class Chunk:
     setups: Mapping[str, Any] = field(default_factory=dict)
     passes: SharedPasses = field(default_factory=SharedPasses)
     """Results other cells of a study computed for the same windows (a fresh, empty one in a single run)."""
+    moments: bool = False
+    """Whether a configured method reads the teacher-forcing pass's Min-K%++ moments (`RunMethod.reads_moments`)."""
 
     @cached_property
     def key(self) -> tuple:
@@ -83,8 +85,9 @@ class Chunk:
         one pass covers the policies of every cell that shares it, and each policy's scores are its own."""
         policies = [p.policy() for p in self.config.policies]
         covered = self.passes.covering(policies)
-        scores, seconds = self.passes.get((TEACHER_FORCING, covered, self.key),
-                                          lambda: verbatim_scores(self.lm, self.prefixes, self.suffixes, covered))
+        moments = self.moments or self.passes.moments
+        scores, seconds = self.passes.get((TEACHER_FORCING, covered, moments, self.key),
+                                          lambda: verbatim_scores(self.lm, self.prefixes, self.suffixes, covered, moments=moments))
         return scores.select(policies), seconds
 
     @property
@@ -106,6 +109,9 @@ class RunMethod(Protocol):
     """Its name in `methods:` and in `token_evals.<name>`."""
     section: str | None
     """The config key of its settings (None: it has none of its own)."""
+    reads_moments: bool
+    """Whether it reads the teacher-forcing pass's raw log-probabilities and their Min-K%++ moments, which the pass
+    computes only when a configured method does."""
 
     def columns(self, config: ExperimentConfig) -> list[str]:
         """The record columns it writes (docs/records.md)."""
@@ -146,6 +152,7 @@ class MethodDefaults:
     """The protocol's optional parts, for methods that have no run-level state or run-level summary."""
 
     section: str | None = None
+    reads_moments: bool = False
 
     def rows_per_sequence(self, config: ExperimentConfig) -> int:
         return 1

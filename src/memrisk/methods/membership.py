@@ -172,6 +172,7 @@ class Membership(MethodDefaults):
 
     name = "membership"
     section = "membership"
+    reads_moments = True
 
     def columns(self, config: ExperimentConfig) -> list[str]:
         reference = config.membership.reference_model is not None
@@ -198,7 +199,7 @@ class Membership(MethodDefaults):
         setup: ReferenceSetup | None = chunk.setups.get(self.name)
         reference = None
         if setup is not None:
-            reference = verbatim_scores(setup.load(), chunk.prefixes, chunk.suffixes, [DecodingPolicy()]).raw_log_probs
+            reference = verbatim_scores(setup.load(), chunk.prefixes, chunk.suffixes, [DecodingPolicy()], moments=True).raw_log_probs
         records = window_records(chunk, chunk.config.membership.k, reference)
         bos = 0 if setup is None or setup.load().bos_token_id is None else 1
         for record, prefix, suffix in zip(records, chunk.prefixes, chunk.suffixes):

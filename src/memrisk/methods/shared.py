@@ -19,10 +19,13 @@ T = TypeVar("T")
 
 
 class SharedPasses:
-    """Results already computed, with the wall time each took, keyed by what produced them."""
+    """Results already computed, with the wall time each took, keyed by what produced them; made knowing what the
+    cells that share them ask of a teacher-forcing pass (`policies`, and `moments` when one reads the Min-K%++
+    moments), so that one pass serves them all."""
 
-    def __init__(self, policies: Iterable[DecodingPolicy] = ()) -> None:
+    def __init__(self, policies: Iterable[DecodingPolicy] = (), moments: bool = False) -> None:
         self.policies = tuple(dict.fromkeys(policies))
+        self.moments = moments
         self._results: dict[Any, tuple[Any, float]] = {}
         self.reused = 0
 
