@@ -129,8 +129,9 @@ def test_policies_argument_is_validated(tiny_model) -> None:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_positions_scored_a_few_at_a_time_equal_all_at_once_bit_for_bit(monkeypatch, threads) -> None:
-    """`score_positions` goes over a CPU's positions in parts that fit in cache; with at least two positions per thread in
-    each part, every rank, policy score and moment is the one of all positions at once (the same reductions)."""
+    """`score_positions` goes over a CPU's positions in parts (one size for the ranks and scores, another for the
+    moments); with at least two positions per thread in each part, every rank, policy score and moment is the one of
+    all positions at once (the same reductions), with or without the moments."""
     from memrisk.extraction import probabilistic
 
     generator = torch.Generator().manual_seed(0)
@@ -140,13 +141,17 @@ def test_positions_scored_a_few_at_a_time_equal_all_at_once_bit_for_bit(monkeypa
     kept = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        monkeypatch.setattr(probabilistic, "CACHED_POSITIONS", logits.shape[0] * logits.shape[1])  # one part: all at once
-        whole = probabilistic.score_positions(POLICIES, logits, targets)
-        monkeypatch.setattr(probabilistic, "CACHED_POSITIONS", 4)
-        parts = probabilistic.score_positions(POLICIES, logits, targets)
+        for name in ("SCORED_POSITIONS", "CACHED_POSITIONS"):  # one part: all at once
+            monkeypatch.setattr(probabilistic, name, logits.shape[0] * logits.shape[1])
+        whole = probabilistic.score_positions(POLICIES, logits, targets, moments=True)
+        for name, rows in (("SCORED_POSITIONS", 4), ("CACHED_POSITIONS", 6)):
+            monkeypatch.setattr(probabilistic, name, rows)
+        parts = probabilistic.score_positions(POLICIES, logits, targets, moments=True)
+        without = probabilistic.score_positions(POLICIES, logits, targets)
     finally:
         torch.set_num_threads(kept)
-    assert torch.equal(whole[0], parts[0])
-    for got, want in zip(parts[1] + parts[2], whole[1] + whole[2]):
+    assert torch.equal(whole[0], parts[0]) and torch.equal(without[0], parts[0])
+    assert len(parts[2]) == 3 and without[2] == []
+    for got, want in zip(parts[1] + parts[2] + without[1], whole[1] + whole[2] + whole[1]):
         assert got.shape == targets.shape and torch.equal(got, want)
     assert torch.isneginf(whole[1][1]).any() and torch.isfinite(whole[1][0]).all()
