@@ -116,8 +116,10 @@ def score_positions(
     position is still reduced by one thread: the values are those of all positions at once, bit for bit."""
     vocab = logits.shape[-1]
     flat, flat_targets = logits.reshape(-1, vocab), targets.reshape(-1)
-    scored = [[ahead, *scores] for ahead, scores in
-              (rank_and_score(policies, part, part_targets) for part, part_targets in _parts(flat, flat_targets, SCORED_POSITIONS))]
+    scored = []
+    for part, part_targets in _parts(flat, flat_targets, SCORED_POSITIONS):
+        ahead, scores = rank_and_score(policies, part, part_targets)
+        scored.append([ahead, *scores])
     columns = [torch.cat(column) for column in zip(*scored)]
     if moments:
         raw = [raw_log_prob_moments(part, part_targets) for part, part_targets in _parts(flat, flat_targets, CACHED_POSITIONS)]
