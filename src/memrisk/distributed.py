@@ -242,8 +242,8 @@ def ray_connection(address: str | None) -> Iterator[Any]:
 
 @contextmanager
 def worker_pool(ray: Any, config: ExperimentConfig, passes: SharedPasses | None = None) -> Iterator[WorkerPool]:
-    """Workers holding `config`'s model, sized to the cluster, each sharing its passes among the cells it scores as
-    `passes` (still empty) declares; stopped on exit."""
+    """Workers holding `config`'s model, sized to the cluster; each starts from a copy of `passes` (empty, saying what
+    the cells it will score ask of a shared pass). Stopped on exit."""
     count, cpus, gpus = worker_resources(config, ray.cluster_resources())
     report = PoolReport(ray.get_runtime_context().gcs_address, ray.__version__, cpus, gpus)
     pool = WorkerPool(ray, config, count, cpus, gpus, report, passes)

@@ -1,5 +1,5 @@
 """How a file enters the disk whole: written beside its place, fsynced, then renamed over it. The store's run files,
-the cache's entries and the demo's corpus files are all written this way, so a reader never sees part of one."""
+the cache's texts and the demo's corpus files are all written this way, so a reader never sees part of one."""
 
 from __future__ import annotations
 
