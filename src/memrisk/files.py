@@ -4,7 +4,7 @@ the cache's texts and the demo's corpus files are all written this way, so a rea
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 
@@ -12,10 +12,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` via a temporary file in the same folder and a rename, with the mode a plain `open()`
     would give it; a failed or interrupted write leaves the old content and no temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    fd, tmp = _new_file_beside(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -23,8 +20,19 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def _new_file_beside(path: Path) -> tuple[int, Path]:
+    """A new, empty `.NAME.RANDOM.tmp` beside `path`, open for writing. Created with mode 0666, which the kernel
+    narrows by the umask as it does for `open()`: reading the umask would mean setting it, for every thread at once."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def atomic_write_text(path: Path, text: str) -> None:

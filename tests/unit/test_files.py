@@ -28,6 +28,16 @@ def test_atomic_write_gives_the_mode_a_plain_open_would(tmp_path, umask, mode):
     assert (tmp_path / "f").stat().st_mode & 0o777 == mode
 
 
+def test_the_writer_never_sets_the_process_umask(tmp_path, monkeypatch):
+    """The umask is one per process: setting it to read it would change the mode of files other threads create."""
+    def forbidden(mask):
+        raise AssertionError("os.umask called")
+
+    monkeypatch.setattr(os, "umask", forbidden)
+    atomic_write_bytes(tmp_path / "f", b"x")
+    assert (tmp_path / "f").read_bytes() == b"x"
+
+
 def test_a_failed_rename_removes_the_temporary_file(tmp_path):
     """The target is a non-empty folder, so os.replace fails after the data is written."""
     target = tmp_path / "f"
