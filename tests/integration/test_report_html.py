@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+import vl_convert
 
 from memrisk import cli
 from memrisk.config import parse_config
@@ -331,10 +332,17 @@ def test_out_folder(tmp_path) -> None:
     assert not (run / "report.html").exists()
 
 
-def test_format_picks_the_static_files_and_an_unknown_one_is_refused_before_writing(tmp_path, capsys) -> None:
+def test_format_picks_the_static_files_and_an_unknown_one_is_refused_before_writing(tmp_path, capsys, monkeypatch) -> None:
     run = make_run(tmp_path / "run")
     assert cli.main(["report", str(run), "--format", "png"]) == 0
     assert {p.suffix for p in (run / "figures").iterdir()} == {".png"} and (run / "figures" / "scatter.png").is_file()
+    def no_raster(*args, **kwargs):
+        raise AssertionError("an SVG-only report rasterised a chart")
+
+    monkeypatch.setattr(vl_convert, "svg_to_png", no_raster)
+    vector = make_run(tmp_path / "vector")
+    assert cli.main(["report", str(vector), "--format", "svg"]) == 0
+    assert {p.suffix for p in (vector / "figures").iterdir()} == {".svg"} and (vector / "figures" / "scatter.svg").is_file()
     fresh = make_run(tmp_path / "fresh")
     assert cli.main(["report", str(fresh), "--format", "png,pdf"]) == 2
     assert "figure formats are png and svg; got pdf" in capsys.readouterr().err

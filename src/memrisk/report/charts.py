@@ -1,7 +1,7 @@
 """Interactive charts of the report, as Vega-Lite specs built with Altair: hover shows a point's values and window, the
 scales zoom and pan, the legend toggles series, and a click on a point opens its window in the explorer. The page
 draws them with Vega-Embed, inlined from `vl-convert` (nothing is fetched); `render` turns the same spec into the
-PNG and SVG written to figures/ for papers.
+PNG and SVG written to figures/ for papers (`draw`).
 
 Every spec here and in `memrisk.report.paper` is made with `to_dict(validate=False)`: Altair's schema check walks every
 data row (41 s of a 10,000-window run's report went to it), and vl-convert compiles each spec into its PNG and SVG,
@@ -13,6 +13,7 @@ class, several milliseconds each time.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import altair as alt
@@ -33,12 +34,22 @@ POWER_LABEL = "datum.value == floor(datum.value) ? '10^' + datum.value : ''"
 
 
 def render(spec: dict[str, Any]) -> tuple[bytes, bytes]:
-    """The chart as PNG (2× scale) and SVG, drawn by vl-convert without a browser. The PNG is rasterised from the SVG:
-    the same bytes as `vegalite_to_png`, without laying the chart out a second time (a third less time per chart)."""
+    """The chart as PNG (2× scale) and SVG, drawn by vl-convert without a browser."""
+    drawn = draw(spec, ("png", "svg"))
+    return drawn["png"], drawn["svg"]
+
+
+def draw(spec: dict[str, Any], formats: Sequence[str]) -> dict[str, bytes]:
+    """The chart's file in each of `formats` (png at 2× scale, svg), drawn by vl-convert without a browser, and only
+    those: the PNG is rasterised from the SVG (the same bytes as `vegalite_to_png`, without laying the chart out a
+    second time), which takes longer than the SVG itself, so a report asked for SVG only rasterises nothing."""
     import vl_convert
 
     svg = vl_convert.vegalite_to_svg(spec)
-    return vl_convert.svg_to_png(svg, scale=2), svg.encode("utf-8")
+    drawn = {"svg": svg.encode("utf-8")}
+    if "png" in formats:
+        drawn["png"] = vl_convert.svg_to_png(svg, scale=2)
+    return {kind: drawn[kind] for kind in formats}
 
 
 def panel_grid(lines: list[list[alt.TopLevelMixin]], **top: Any) -> dict[str, Any]:

@@ -42,10 +42,12 @@ def check_formats(formats: Sequence[str]) -> None:
 
 
 def write_pictures(store: RecordStore, pics: Sequence[Picture], formats: Sequence[str]) -> None:
-    """Each figure's static files in `formats` (png, svg) under figures/."""
-    for pic in pics:
-        for kind in formats:
-            store.write_bytes(layout.figure_file(pic.name, kind), pic.png if kind == "png" else pic.svg)
+    """Each figure's static files in `formats` (png, svg) under figures/, drawn in those formats only; every one is
+    drawn before the first is written, so a chart vl-convert rejects leaves figures/ as it was."""
+    drawn = [(pic.name, pic.files(formats)) for pic in pics]
+    for name, files in drawn:
+        for kind, data in files.items():
+            store.write_bytes(layout.figure_file(name, kind), data)
 
 
 def write_report(run_dirs: list[Path], out: Path | None = None, formats: Sequence[str] = STATIC_FORMATS) -> Path:

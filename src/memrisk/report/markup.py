@@ -202,16 +202,18 @@ def page(title: str, body: Html, explorer: bool = False, charts: bool = False) -
 
 @dataclass(frozen=True)
 class Picture:
-    """A chart's static files for figures/: file stem, caption and bytes."""
+    """A chart's static files for figures/: file stem, caption and the Vega-Lite spec they are drawn from (`files`)."""
 
     name: str
     caption: str
-    png: bytes
-    svg: bytes
+    spec: dict[str, Any]
+
+    def files(self, formats: Sequence[str]) -> dict[str, bytes]:
+        """The chart drawn in each of `formats` (png, svg), and in no other."""
+        return charts.draw(self.spec, formats)
 
 
 def chart(spec: dict[str, Any], name: str, caption: str, explorer: int | None = None,
           cells: dict[str, int] | None = None) -> tuple[Html, Picture]:
-    """An interactive chart for the page and its PNG and SVG for figures/, from one Vega-Lite spec."""
-    png, svg = charts.render(spec)
-    return chart_html(spec, name, caption, explorer, cells), Picture(name, caption, png, svg)
+    """An interactive chart for the page and its static files for figures/, from one Vega-Lite spec."""
+    return chart_html(spec, name, caption, explorer, cells), Picture(name, caption, spec)
