@@ -294,8 +294,8 @@ def test_figures_render_degenerate_inputs_without_warnings() -> None:
         charts.shell_violin_chart(zeros, metrics.medians(zeros), "one value per shell"),
     ]
     for spec in specs:
-        png, svg = charts.render(spec)
-        assert png.startswith(b"\x89PNG") and b"<svg" in svg
+        drawn = charts.draw(spec, ("png", "svg"))
+        assert drawn["png"].startswith(b"\x89PNG") and b"<svg" in drawn["svg"]
 
 
 def test_report_without_cbs_or_greedy(tmp_path) -> None:
@@ -336,6 +336,7 @@ def test_format_picks_the_static_files_and_an_unknown_one_is_refused_before_writ
     run = make_run(tmp_path / "run")
     assert cli.main(["report", str(run), "--format", "png"]) == 0
     assert {p.suffix for p in (run / "figures").iterdir()} == {".png"} and (run / "figures" / "scatter.png").is_file()
+
     def no_raster(*args, **kwargs):
         raise AssertionError("an SVG-only report rasterised a chart")
 

@@ -1,7 +1,7 @@
 """Interactive charts of the report, as Vega-Lite specs built with Altair: hover shows a point's values and window, the
 scales zoom and pan, the legend toggles series, and a click on a point opens its window in the explorer. The page
-draws them with Vega-Embed, inlined from `vl-convert` (nothing is fetched); `render` turns the same spec into the
-PNG and SVG written to figures/ for papers (`draw`).
+draws them with Vega-Embed, inlined from `vl-convert` (nothing is fetched); `draw` turns the same spec into the
+PNG and SVG written to figures/ for papers.
 
 Every spec here and in `memrisk.report.paper` is made with `to_dict(validate=False)`: Altair's schema check walks every
 data row (41 s of a 10,000-window run's report went to it), and vl-convert compiles each spec into its PNG and SVG,
@@ -31,12 +31,6 @@ SERIES_LIMIT = 8
 VERDICT_NAMES = {"blue": "verbatim (p_z ≥ τ)", "orange": "unlocked, 0 < p_z < τ", "red": "unlocked, p_z = 0"}
 POWER_LABEL = "datum.value == floor(datum.value) ? '10^' + datum.value : ''"
 """Axis labels of a log10 axis as powers of ten, 10^-3, at whole decades only."""
-
-
-def render(spec: dict[str, Any]) -> tuple[bytes, bytes]:
-    """The chart as PNG (2× scale) and SVG, drawn by vl-convert without a browser."""
-    drawn = draw(spec, ("png", "svg"))
-    return drawn["png"], drawn["svg"]
 
 
 def draw(spec: dict[str, Any], formats: Sequence[str]) -> dict[str, bytes]:
