@@ -1,6 +1,6 @@
 """memrisk's performance in one table: every figure as a ratio to a reference measured in the same run.
 
-    python benchmarks/table.py [--windows 8] [--threads N] [--matmul blas|onednn|both]
+    python benchmarks/table.py [--windows 8] [--threads N] [--matmul blas|onednn|both] [--device cpu|cuda]
 
 References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it; oneDNN's with its
 weight blocked, as the model's layers' are) with each CPU matmul library (`model.matmul`: torch's BLAS, and oneDNN),
@@ -20,6 +20,10 @@ per figure, after the C allocator hands back the free memory it keeps, `models/a
 budgets for them (`memory.sequence_bytes`). Where a search's time goes is printed under it, from one more run with
 timers around its parts (they cost time of their own), its linear layers' products timed apart: for k-CBS, those products alone against `generate` are the floor of its ratio at that library's
 speed. Goals (issue 21) are printed beside each figure.
+
+On a GPU (`--device cuda`, memrisk's default where one is found) the model runs in bfloat16, the matmul library is
+the GPU's own, and the reference peak is a bfloat16 8192² product measured on it (the datasheet's dense figure printed
+beside it); each timer waits for the GPU's queued work, and memory is the peak the GPU's allocator held above the start.
 """
 
 from __future__ import annotations
@@ -59,6 +63,26 @@ peak), and each run is set against the mean of the two peaks beside it: a 2-core
 (the 1024² product read 114–275 GFLOP/s at the starts of four runs in one afternoon), so a peak measured once at the
 start is not the reference of a figure measured ten minutes later."""
 PEAK_SECONDS = 1.0
+GPU_PEAK_SIZE = 8192
+
+
+def synchronize() -> None:
+    """Wait for the GPU's queued work, where torch has started one, so that a wall clock brackets it."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def gpu_peak_flops(seconds: float) -> float:
+    """FLOP/s of a bfloat16 GPU_PEAK_SIZE² matmul on the current GPU, timed for `seconds` after one warm-up product."""
+    a, b = (torch.randn(GPU_PEAK_SIZE, GPU_PEAK_SIZE, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    a @ b
+    synchronize()
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        runs += 1
+        synchronize()
+    return 2.0 * GPU_PEAK_SIZE**3 * runs / (time.perf_counter() - start)
 
 
 def resident(field: str) -> int:
@@ -73,17 +97,24 @@ def resident(field: str) -> int:
 
 def measured(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float, int]:
     """Result, best wall seconds of `repeats` calls, and the peak resident bytes above the start (Linux), the start taken
-    after the C allocator hands back the memory it keeps free (`allocator.release_freed_memory`)."""
+    after the C allocator hands back the memory it keeps free (`allocator.release_freed_memory`); on a GPU, the peak
+    bytes its allocator held above the start."""
+    gpu = torch.cuda.is_initialized()
     allocator.release_freed_memory()
-    if CLEAR_REFS.exists():
+    if gpu:
+        synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    elif CLEAR_REFS.exists():
         CLEAR_REFS.write_text("5")
-    before = resident("VmRSS")
+    before = torch.cuda.memory_allocated() if gpu else resident("VmRSS")
     times, out = [], None
     for _ in range(repeats):
         start = time.perf_counter()
         out = fn()
+        synchronize()
         times.append(time.perf_counter() - start)
-    return out, min(times), max(0, resident("VmHWM") - before)
+    after = torch.cuda.max_memory_allocated() if gpu else resident("VmHWM")
+    return out, min(times), max(0, after - before)
 
 
 class Breakdown:
@@ -132,20 +163,24 @@ class Breakdown:
 
     def _timed(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            synchronize()
             start = time.perf_counter()
             self.steps += name == "forward"
             try:
                 return original(*args, **kwargs)
             finally:
+                synchronize()
                 self.seconds[name] += time.perf_counter() - start
         return timed
 
     def _product(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            synchronize()
             start = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
+                synchronize()
                 self.products += time.perf_counter() - start
         return timed
 
@@ -165,7 +200,8 @@ def machine() -> str:
     if cpuinfo.is_file():
         names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
         cpu = f"{names[0]} x {len(names)}" if names else cpu
-    return f"{cpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    gpu = f"; {torch.cuda.get_device_name()}" if torch.cuda.is_initialized() else ""
+    return f"{cpu}{gpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
 def repeated_windows(lm: memrisk.LanguageModel, count: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -180,10 +216,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--matmul", choices=(*linears.MATMUL_LIBRARIES, "both"), default="both",
                         help="the CPU library of the linear layers' products to measure (default both)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: memrisk's, a GPU where one is found)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    lm = memrisk.load_model("smollm2", batch_size=args.windows)
+    lm = memrisk.load_model("smollm2", batch_size=args.windows, device=args.device)
+    gpu = lm.device.type == "cuda"
     parameters = sum(p.numel() for p in lm.model.parameters())
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     shape = lm.shape
@@ -201,14 +239,19 @@ def main() -> None:
         return (f"peak {held / 2**20:,.0f} MiB = {held / direct:.2f}x weights+KV+logits "
                 f"({direct / 2**20:,.0f} MiB); auto budget {(budget + weights) / 2**20:,.0f} MiB")
 
-    libraries = linears.MATMUL_LIBRARIES if args.matmul == "both" else (args.matmul,)
-    peaks = {library: device_peak_flops(lm.device, seconds=2.0, matmul=library) for library in libraries}
-    print(machine() + "".join(f"\nmatmul peak with {library} at the start: {peak / 1e9:.0f} GFLOP/s (float32, 1024x1024)"
-                              for library, peak in peaks.items()), flush=True)
+    if gpu:
+        libraries: tuple[str, ...] = ("blas",)
+        print(machine() + f"\nmatmul peak at the start: {gpu_peak_flops(2.0) / 1e9:,.0f} GFLOP/s (bfloat16, "
+              f"{GPU_PEAK_SIZE}x{GPU_PEAK_SIZE}; datasheet {device_peak_flops(lm.device) / 1e9:,.0f})", flush=True)
+    else:
+        libraries = linears.MATMUL_LIBRARIES if args.matmul == "both" else (args.matmul,)
+        peaks = {library: device_peak_flops(lm.device, seconds=2.0, matmul=library) for library in libraries}
+        print(machine() + "".join(f"\nmatmul peak with {library} at the start: {peak / 1e9:.0f} GFLOP/s (float32, 1024x1024)"
+                                  for library, peak in peaks.items()), flush=True)
 
     def peak_now(library: str) -> float:
-        """`library`'s matmul peak, measured now for PEAK_SECONDS."""
-        return device_peak_flops(lm.device, seconds=PEAK_SECONDS, matmul=library)
+        """`library`'s matmul peak (the GPU's), measured now for PEAK_SECONDS."""
+        return gpu_peak_flops(PEAK_SECONDS) if gpu else device_peak_flops(lm.device, seconds=PEAK_SECONDS, matmul=library)
 
     def beside_peaks(run: Callable[[], Any], flops: Callable[[Any], float], library: str) -> tuple[Any, float, float, int]:
         """`run` PEAK_ROUNDS times between measurements of `library`'s matmul peak: the result, the seconds and the
@@ -230,7 +273,7 @@ def main() -> None:
         def run() -> None:
             with torch.inference_mode():
                 for i in range(0, len(prefixes), per_batch):
-                    ids = torch.tensor(prefixes[i:i + per_batch])
+                    ids = torch.tensor(prefixes[i:i + per_batch], device=lm.device)
                     lm.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=BEAMS, max_new_tokens=50,
                                       min_new_tokens=50, do_sample=False, early_stopping=False, length_penalty=0.0,
                                       pad_token_id=lm.eos_token_id)
@@ -243,7 +286,7 @@ def main() -> None:
 
     for library in libraries:
         lm.use_matmul(library)
-        tag = f" [matmul: {library}]"
+        tag = f" [{torch.cuda.get_device_name()}, bfloat16]" if gpu else f" [matmul: {library}]"
 
         def bare() -> None:
             with torch.inference_mode(), linears.running(lm.model, library):
