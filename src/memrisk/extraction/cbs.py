@@ -347,8 +347,9 @@ class _BeamSearch:
         keep = ~stopped[rows.search[parents]]
         parents, slots = parents[keep], slots[keep]
         new_rows = self._children_rows(rows, c, parents, slots)
-        for s, count in zip(*torch.unique(new_rows.search, return_counts=True)):
-            self.searches[int(s)].token_evals += int(count)
+        searches, counts = torch.unique(new_rows.search, return_counts=True)
+        for s, count in zip(searches.tolist(), counts.tolist()):
+            self.searches[s].token_evals += count
         tokens = c["tokens"][parents, slots]
         if not self.compaction:
             parents, new_rows, tokens = self._pad_beams(rows, parents, new_rows, tokens)
@@ -408,13 +409,12 @@ class _BeamSearch:
         return torch.where(mask, rank, torch.iinfo(torch.long).max)
 
     def _add_per_search(self, search: torch.Tensor, mass: torch.Tensor, mask: torch.Tensor, attribute: str) -> None:
-        """Add masked masses into each search's accumulator."""
-        if not bool(mask.any()):
-            return
+        """Add masked masses into each search's accumulator (one copy to the host for all searches)."""
         totals = torch.zeros(len(self.searches), dtype=torch.float64, device=mass.device)
         totals.index_add_(0, search[mask], mass[mask].double())
-        for s in totals.nonzero(as_tuple=True)[0].tolist():
-            setattr(self.searches[s], attribute, getattr(self.searches[s], attribute) + float(totals[s]))
+        touched = totals.nonzero(as_tuple=True)[0]
+        for s, total in zip(touched.tolist(), totals[touched].tolist()):
+            setattr(self.searches[s], attribute, getattr(self.searches[s], attribute) + total)
 
     @staticmethod
     def _paths(rows: _Rows, c: dict[str, torch.Tensor], mask: torch.Tensor) -> list[tuple[int, tuple[int, ...], float]]:
@@ -444,24 +444,36 @@ class _BeamSearch:
         self, rows: _Rows, c: dict[str, torch.Tensor], is_final: torch.Tensor, ranked: torch.Tensor,
         selected: torch.Tensor, mass: torch.Tensor,
     ) -> int:
-        """Mark searches that completed or stop early (no viable child, τ_min); return how many ended."""
-        live = ~rows.ghost
-        ended = 0
-        for s in torch.unique(rows.search[live]).tolist():
-            own = (rows.search == s) & live
+        """Mark searches that completed or stop early (no viable child, τ_min); return how many ended. Each live
+        search's flags are reduced on the device and copied to the host at once, not read search by search."""
+        live = (~rows.ghost).nonzero(as_tuple=True)[0]
+        searches, inverse = torch.unique(rows.search[live], return_inverse=True)
+        per_search = torch.zeros(len(searches), dtype=torch.long, device=live.device)
+        first = torch.full_like(per_search, len(rows.search)).scatter_reduce(0, inverse, live, reduce="amin")
+        completed = per_search.index_add(0, inverse, c["final"][live].any(1).long()) > 0
+        viable = per_search.index_add(0, inverse, ranked[live].any(1).long()) > 0
+        best = [float("inf")] * len(searches)
+        if self.log_tau_beam is not None:
+            chosen = selected[live]
+            best = c["score"].new_full((len(searches),), float("-inf")).scatter_reduce(
+                0, inverse.unsqueeze(1).expand_as(chosen)[chosen], c["score"][live][chosen], reduce="amax").tolist()
+        ended = []
+        for s, complete, has_viable, depth, top in zip(searches.tolist(), completed.tolist(), viable.tolist(),
+                                                       (rows.depth[first] + 1).tolist(), best):
             search = self.searches[s]
-            depth = int(rows.depth[own][0]) + 1
-            if bool(c["final"][own].any()):
+            if complete:
                 search.stop = Stop("completed", depth)
-            elif not bool(ranked[own].any()):
+            elif not has_viable:
                 search.stop = Stop("no_viable", depth)
-            elif self.log_tau_beam is not None and float(c["score"][own][selected[own]].max()) < self.log_tau_beam:
+            elif self.log_tau_beam is not None and top < self.log_tau_beam:
+                own = (rows.search == s) & ~rows.ghost
                 search.stop = Stop("tau_min", depth)
                 search.bank += float(mass[own][selected[own]].sum())
             if search.stop is not None:
-                self.stopped[s] = True
-                ended += 1
-        return ended
+                ended.append(s)
+        if ended:
+            self.stopped[torch.tensor(ended, device=self.stopped.device)] = True
+        return len(ended)
 
 
 def _locked(update: Callable[[int], Any]) -> Callable[[int], None]:
