@@ -66,23 +66,15 @@ PEAK_SECONDS = 1.0
 GPU_PEAK_SIZE = 8192
 
 
+def gpu_peak_flops(device: torch.device, seconds: float) -> float:
+    """FLOP/s of a bfloat16 GPU_PEAK_SIZE² matmul measured on `device` for `seconds`, the GPU's reference peak."""
+    return device_peak_flops(device, torch.bfloat16, seconds, size=GPU_PEAK_SIZE, datasheet=False)
+
+
 def synchronize() -> None:
     """Wait for the GPU's queued work, where torch has started one, so that a wall clock brackets it."""
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()
-
-
-def gpu_peak_flops(seconds: float) -> float:
-    """FLOP/s of a bfloat16 GPU_PEAK_SIZE² matmul on the current GPU, timed for `seconds` after one warm-up product."""
-    a, b = (torch.randn(GPU_PEAK_SIZE, GPU_PEAK_SIZE, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    a @ b
-    synchronize()
-    runs, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        runs += 1
-        synchronize()
-    return 2.0 * GPU_PEAK_SIZE**3 * runs / (time.perf_counter() - start)
 
 
 def resident(field: str) -> int:
@@ -241,7 +233,7 @@ def main() -> None:
 
     if gpu:
         libraries: tuple[str, ...] = ("blas",)
-        print(machine() + f"\nmatmul peak at the start: {gpu_peak_flops(2.0) / 1e9:,.0f} GFLOP/s (bfloat16, "
+        print(machine() + f"\nmatmul peak at the start: {gpu_peak_flops(lm.device, 2.0) / 1e9:,.0f} GFLOP/s (bfloat16, "
               f"{GPU_PEAK_SIZE}x{GPU_PEAK_SIZE}; datasheet {device_peak_flops(lm.device) / 1e9:,.0f})", flush=True)
     else:
         libraries = linears.MATMUL_LIBRARIES if args.matmul == "both" else (args.matmul,)
@@ -251,7 +243,7 @@ def main() -> None:
 
     def peak_now(library: str) -> float:
         """`library`'s matmul peak (the GPU's), measured now for PEAK_SECONDS."""
-        return gpu_peak_flops(PEAK_SECONDS) if gpu else device_peak_flops(lm.device, seconds=PEAK_SECONDS, matmul=library)
+        return gpu_peak_flops(lm.device, PEAK_SECONDS) if gpu else device_peak_flops(lm.device, seconds=PEAK_SECONDS, matmul=library)
 
     def beside_peaks(run: Callable[[], Any], flops: Callable[[Any], float], library: str) -> tuple[Any, float, float, int]:
         """`run` PEAK_ROUNDS times between measurements of `library`'s matmul peak: the result, the seconds and the

@@ -22,15 +22,16 @@ def forward_flops(token_evals: int, parameters: int) -> float:
 
 def device_peak_flops(
     device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.5, matmul: str = defaults.MATMUL,
+    size: int = 1024, datasheet: bool = True,
 ) -> float:
-    """Peak FLOP/s of `device`: the table for known GPUs, else a matmul measured for `seconds` (on CPU with the
-    `matmul` library the model's linear layers use, `linears`, oneDNN's with its weight blocked as the layers' are)."""
-    if device.type == "cuda":
+    """Peak FLOP/s of `device`: the table for known GPUs (with `datasheet`), else a `size`² matmul in `dtype` measured
+    for `seconds` (on CPU with the `matmul` library the model's linear layers use, `linears`, oneDNN's with its weight
+    blocked as the layers' are)."""
+    if device.type == "cuda" and datasheet:
         name = torch.cuda.get_device_name(device)
         for fragment, tflops in PEAK_TFLOPS.items():
             if fragment in name:
                 return tflops * 1e12
-    size = 1024
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     onednn = matmul == "onednn" and device.type == "cpu"
