@@ -55,3 +55,30 @@ def test_a_gguf_files_conversion_is_named_by_its_content_so_every_install_of_it_
     assert gguf.converted_folder(installs[1], "model.gguf") != first, "a changed last byte names a new conversion"
     (installs[1] / "model.gguf").write_bytes(content + bytes(1))
     assert gguf.converted_folder(installs[1], "model.gguf") != first, "another size names a new conversion"
+
+
+def test_a_conversion_parses_each_gguf_file_once_and_leaves_the_gguf_package_as_it_was(tmp_path) -> None:
+    import gguf as gguf_package
+    import numpy as np
+
+    from memrisk.models import gguf
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf_package.GGUFWriter(path, "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("output_norm.weight", np.arange(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader_class, name_map = gguf_package.GGUFReader, gguf_package.get_tensor_name_map
+    with pytest.raises(RuntimeError, match="stopped"), gguf._parsed_once():
+        first = gguf_package.GGUFReader(str(path))
+        assert gguf_package.GGUFReader(tmp_path / "." / "tiny.gguf") is first
+        assert isinstance(first, reader_class) and first.tensors[0].data.tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert gguf_package.GGUFReader(path, "c") is not first
+        arch = gguf_package.MODEL_ARCH.LLAMA
+        assert gguf_package.get_tensor_name_map(arch, 2) is gguf_package.get_tensor_name_map(arch, 2)
+        raise RuntimeError("stopped")
+    assert (gguf_package.GGUFReader, gguf_package.get_tensor_name_map) == (reader_class, name_map)
+    assert gguf_package.GGUFReader(path) is not gguf_package.GGUFReader(path)

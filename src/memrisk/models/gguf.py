@@ -3,13 +3,17 @@
 transformers reads a GGUF file three times to load it (config, tokenizer, weights), and each read parses every
 metadata field: SmolLM2-135M took 15 s to load on one CPU thread, against under 3 s from the converted folder (load
 and a first forward). The folder holds what the GGUF load gives, saved with `save_pretrained`: the dequantized
-weights, the config and the tokenizer, so every later load computes the same numbers.
+weights, the config and the tokenizer, so every later load computes the same numbers. The conversion itself parses
+the file once (`_parsed_once`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -54,5 +58,32 @@ def convert(folder: Path, gguf_file: str) -> Path:
             model.save_pretrained(staging)
             AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file).save_pretrained(staging)
 
-        save_atomically(target, save)
+        with _parsed_once():
+            save_atomically(target, save)
     return target
+
+
+@contextmanager
+def _parsed_once() -> Iterator[None]:
+    """Within a conversion, one `gguf.GGUFReader` per file and one tensor-name table per architecture and depth.
+    transformers makes a reader for each of its reads (config, tokenizer, weights), each parsing every metadata field,
+    and a name table for each submodule it maps; both are only read, so sharing them changes no byte of the folder,
+    and SmolLM2's first load (conversion included) took 14.5–15.2 s instead of 27.5–29.3 s on one thread."""
+    import gguf
+
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[Path, gguf.GGUFReader] = {}
+
+    def shared_reader(path: str | Path, mode: str = "r") -> gguf.GGUFReader:
+        if mode != "r":
+            return reader_class(path, mode)
+        key = Path(path).resolve()
+        if key not in readers:
+            readers[key] = reader_class(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, functools.cache(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
