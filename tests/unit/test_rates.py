@@ -14,10 +14,12 @@ from memrisk import MemriskError, is_extractable, log_n_required, n_required, p_
 
 
 def brute_force_n(p_z: float, p: float) -> int:
-    """Smallest n with 1 − (1 − p_z)^n ≥ p by counting up in exact rational arithmetic."""
-    p_z, p, n = Fraction(str(p_z)), Fraction(str(p)), 1
-    while 1 - (1 - p_z) ** n < p:
-        n += 1
+    """Smallest n with 1 − (1 − p_z)^n ≥ p by counting up in exact rational arithmetic, (1 − p_z)^n one factor at a
+    time (a fresh power each step took 5 s for p_z = 0.001, p = 0.999)."""
+    p_z, p = Fraction(str(p_z)), Fraction(str(p))
+    n, missed = 1, 1 - p_z
+    while 1 - missed < p:
+        n, missed = n + 1, missed * (1 - p_z)
     return n
 
 
