@@ -445,3 +445,19 @@ def test_pruning_grid_counts_each_run_at_each_threshold_against_the_widest_basel
             count = sum(r[f"cbs_lower.{distance}"][d] >= TAU for r in cell_records(pruning_study, row["cell"], "story"))
             assert (int(row["extractable"]), int(row["difference"])) == (count, count - base)
     assert any(int(r["extractable"] or 0) > 0 for r in rows)
+
+
+def test_the_same_records_draw_the_same_figure_files_and_altair_keeps_its_debug_mode(model_study, tmp_path) -> None:
+    """Figs. 4 and 20 jitter their points by a seeded draw, not Vega's `random()`: a second report of the study draws
+    every picture and table byte for byte (an SVG's clip-path ids count up within a process). The report builds its
+    charts with Altair's debug mode off and leaves it as it was."""
+    import altair as alt
+
+    from memrisk.report.html import write_report
+
+    write_report([model_study], tmp_path / "again")
+    drawn = sorted(f for f in (model_study / "figures").iterdir() if f.suffix in (".png", ".csv"))
+    assert {"cbs-fig4-verbatim-share.png", "cbs-fig20-common-set.png"} <= {f.name for f in drawn}
+    for figure in drawn:
+        assert (tmp_path / "again" / "figures" / figure.name).read_bytes() == figure.read_bytes(), figure.name
+    assert alt.utils.schemapi.DEBUG_MODE

@@ -97,19 +97,21 @@ def _zoom(view: str, encodings: tuple[str, ...] = ("x", "y")) -> alt.Parameter:
 
 
 def _distribution(points: Rows, field: str, title: str, percent: bool, values: list[alt.Tooltip], view: str) -> alt.LayerChart:
-    """A box per model (`label`, in study order) of `field` over its windows, every window a jittered point beside it
-    (hover for the window and `values`, click to open it) and the median as a labelled tick: the CBS paper's violins,
-    with each window reachable; the y axis zooms and pans. `percent`: a linear axis from 0; otherwise a log axis (masses
-    from τ_min to 1)."""
+    """A box per model (`label`, in study order) of `field` over its windows, every window a point beside it jittered
+    by a seeded draw (hover for the window and `values`, click to open it) and the median as a labelled tick: the CBS
+    paper's violins, with each window reachable; the y axis zooms and pans. `percent`: a linear axis from 0; otherwise
+    a log axis (masses from τ_min to 1)."""
     counts = {label: len(group) for (label,), group in _groups(points, "label").items()}
     series = {label: f"{label} ({n} window{'s' if n > 1 else ''})" for label, n in counts.items()}
     x = alt.X("series:N", title=None, sort=list(series.values()), axis=alt.Axis(labelAngle=0, labelLimit=200))
     scale = alt.Scale(zero=True) if percent else alt.Scale(type="log")
     y = alt.Y(f"{field}:Q", title=title, scale=scale, axis=alt.Axis(format=".0f" if percent else "~g"))
     shown = ".1f" if percent else ".3g"
-    base = alt.Chart(alt.Data(values=[p | {"id": p["example_id"], "series": series[p["label"]]} for p in points]))
+    jitter = np.random.default_rng(0).uniform(-4, 4, len(points))  # seeded: the same files from the same records
+    base = alt.Chart(alt.Data(values=[p | {"id": p["example_id"], "series": series[p["label"]], "jitter": float(j)}
+                                      for p, j in zip(points, jitter)]))
     boxes = base.mark_boxplot(extent="min-max", opacity=0.35, size=36, clip=True).encode(x=x, y=y)
-    dots = base.transform_calculate(jitter="random() * 8 - 4").mark_circle(size=24, opacity=0.8, clip=True).encode(
+    dots = base.mark_circle(size=24, opacity=0.8, clip=True).encode(
         x=x, xOffset=alt.XOffset("jitter:Q", scale=alt.Scale(domain=[-12, 12])), y=y, color=alt.value("#1f77b4"),
         tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", alt.Tooltip("label:N", title="model"),
                  alt.Tooltip(f"{field}:Q", title=title, format=shown), *values]).add_params(_zoom(view, ("y",)))
