@@ -3,9 +3,10 @@ scales zoom and pan, the legend toggles series, and a click on a point opens its
 draws them with Vega-Embed, inlined from `vl-convert` (nothing is fetched); `draw` turns the same spec into the
 PNG and SVG written to figures/ for papers.
 
-Every spec here and in `memrisk.report.paper` is made with `to_dict(validate=False)`: Altair's schema check walks every
-data row (41 s of a 10,000-window run's report went to it), and vl-convert compiles each spec into its PNG and SVG,
-which rejects a bad one all the same. Where a chart is built many times over (CBS Fig. 22's panels), its channels are
+Every spec here and in `memrisk.report.paper` is made with `to_dict(validate=False)`, and while a report is written
+with Altair's debug mode off (`unchecked`): Altair's schema check walks every data row (41 s of a 10,000-window run's
+report went to it), and in debug mode it checks each object again as it is made; vl-convert compiles each spec into its
+PNG and SVG, which rejects a bad one all the same. Where a chart is built many times over (CBS Fig. 22's panels), its channels are
 passed as Altair's channel objects: Altair wraps a shorthand string or dict by rebuilding its table of every schema
 class, several milliseconds each time.
 """
@@ -13,7 +14,8 @@ class, several milliseconds each time.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import altair as alt
@@ -31,6 +33,15 @@ SERIES_LIMIT = 8
 VERDICT_NAMES = {"blue": "verbatim (p_z ≥ τ)", "orange": "unlocked, 0 < p_z < τ", "red": "unlocked, p_z = 0"}
 POWER_LABEL = "datum.value == floor(datum.value) ? '10^' + datum.value : ''"
 """Axis labels of a log10 axis as powers of ten, 10^-3, at whole decades only."""
+
+
+@contextmanager
+def unchecked() -> Iterator[None]:
+    """Altair's debug mode off, as it was before afterwards: in it, every chart, channel and data object is checked
+    against the Vega-Lite schema as it is made, its data rows included (9.7 s of the 181 s that the integration tests
+    outside Ray spent in their own process, ad hoc with py-spy)."""
+    with alt.utils.schemapi.debug_mode(False):
+        yield
 
 
 def draw(spec: dict[str, Any], formats: Sequence[str]) -> dict[str, bytes]:

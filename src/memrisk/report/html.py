@@ -9,6 +9,7 @@ from pathlib import Path
 
 from memrisk import layout
 from memrisk.errors import MemriskError
+from memrisk.report import charts
 from memrisk.report.books_page import Books, books_section, load_books
 from memrisk.report.comparison_page import comparison_section
 from memrisk.report.markup import Picture, join, page
@@ -64,6 +65,12 @@ def write_report(run_dirs: list[Path], out: Path | None = None, formats: Sequenc
         if len(run_dirs) > 1:
             raise MemriskError("a study is reported on its own: `memrisk report STUDY_FOLDER`")
         return write_study_report(Path(run_dirs[0]), out, formats)
+    with charts.unchecked():
+        return _write_run_report(run_dirs, out, formats)
+
+
+def _write_run_report(run_dirs: list[Path], out: Path | None, formats: Sequence[str]) -> Path:
+    """`write_report` of run and books-run folders."""
     runs = labelled([load_folder(Path(d)) for d in run_dirs])
     store = runs[0].store if out is None else RecordStore(Path(out), {})
     record_runs = [r for r in runs if isinstance(r, Run)]
@@ -87,7 +94,8 @@ def write_report(run_dirs: list[Path], out: Path | None = None, formats: Sequenc
 def write_study_report(folder: Path, out: Path | None = None, formats: Sequence[str] = STATIC_FORMATS) -> Path:
     """Write the study page, its figures and study.csv into the study folder (or `out`); return the page's path."""
     store = RecordStore.existing(folder) if out is None else RecordStore(Path(out), {})
-    section = study_section(folder)
+    with charts.unchecked():
+        section = study_section(folder)
     for item in section.reproduced:
         store.write_text(layout.figure_file(item.figure.slug, "csv"), csv_text(list(dict.fromkeys(k for r in item.rows for k in r)), item.rows))
     write_pictures(store, section.pictures, formats)
