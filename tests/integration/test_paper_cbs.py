@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import altair as alt
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -18,6 +19,7 @@ import torch
 import yaml
 
 from memrisk.cli import main
+from memrisk.report.html import write_report
 from memrisk.report.paper import cbs
 from tests.integration.test_study import write_study
 
@@ -451,10 +453,6 @@ def test_the_same_records_draw_the_same_figure_files_and_altair_keeps_its_debug_
     """Figs. 4 and 20 jitter their points by a seeded draw, not Vega's `random()`: a second report of the study draws
     every picture and table byte for byte (an SVG's clip-path ids count up within a process). The report builds its
     charts with Altair's debug mode off and leaves it as it was."""
-    import altair as alt
-
-    from memrisk.report.html import write_report
-
     write_report([model_study], tmp_path / "again")
     drawn = sorted(f for f in (model_study / "figures").iterdir() if f.suffix in (".png", ".csv"))
     assert {"cbs-fig4-verbatim-share.png", "cbs-fig20-common-set.png"} <= {f.name for f in drawn}
