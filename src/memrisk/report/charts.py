@@ -44,6 +44,12 @@ def unchecked() -> Iterator[None]:
         yield
 
 
+def tooltips(*fields: str | alt.Tooltip) -> list[alt.Tooltip]:
+    """Tooltip channels from shorthand strings ("dataset:N") and Tooltip objects. Altair would wrap each string itself,
+    rebuilding its table of every schema class each time (about 10 ms a string); the spec is the same."""
+    return [field if isinstance(field, alt.Tooltip) else alt.Tooltip(field) for field in fields]
+
+
 def draw(spec: dict[str, Any], formats: Sequence[str]) -> dict[str, bytes]:
     """The chart's file in each of `formats` (png at 2× scale, svg), drawn by vl-convert without a browser, and only
     those: the PNG is rasterised from the SVG (the same bytes as `vegalite_to_png`, without laying the chart out a
@@ -140,8 +146,8 @@ def verdict_scatter_chart(example_id: np.ndarray, dataset: np.ndarray, log_p: np
         color=alt.Color("verdict:N", title="verdict" if cell is not None else f"{len(rows)} extracted windows",
                         scale=alt.Scale(domain=list(VERDICT_NAMES.values()), range=[COLOURS[c] for c in VERDICT_NAMES])),
         opacity=alt.OpacityValue(**alt.condition(legend, alt.value(0.8), alt.value(0.05))),
-        tooltip=[alt.Tooltip("id:N", title="window"), *map(alt.Tooltip, ["dataset:N", *(["cell:N"] if cell is not None else []),
-                 "verdict:N", "p_z:N"]), alt.Tooltip("lb:N", title=label)],
+        tooltip=tooltips(alt.Tooltip("id:N", title="window"), "dataset:N", *(["cell:N"] if cell is not None else []), "verdict:N",
+                         "p_z:N", alt.Tooltip("lb:N", title=label)),
     ).add_params(legend).interactive()
     guides = [{"x": low, "y": low, "x2": 0.0, "y2": 0.0, "what": "y = x"},
               {"x": log_tau, "y": floor_y - 0.5, "x2": log_tau, "y2": 0.3, "what": f"τ_min = {tau:g}"},
@@ -181,7 +187,7 @@ def rates_chart(panels: dict[str, dict[str, dict[str, Any]]], tau: float, title:
         color=alt.Color("series:N", title="series"),
         strokeDash=alt.StrokeDash("method:N", title="method", sort=list(METHOD_NAMES.values())),
         opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
-        tooltip=["series:N", "method:N", "epsilon:Q", alt.Tooltip("rate:Q", title="rate, %", format=".2f"), "windows:N"],
+        tooltip=tooltips("series:N", "method:N", "epsilon:Q", alt.Tooltip("rate:Q", title="rate, %", format=".2f"), "windows:N"),
     ).properties(width=320, height=260).add_params(series).interactive()
     return chart.facet(column=alt.Column("panel:N", title=None)).properties(title=title).to_dict(validate=False)
 
@@ -204,8 +210,8 @@ def prior_aware_chart(example_id: np.ndarray, dataset: np.ndarray, role: np.ndar
         color=alt.Color("role:N", title="role"), shape=alt.Shape("kind:N", title="test", scale=alt.Scale(
             domain=["not PA-memorized", "PA-memorized"], range=["circle", "diamond"])),
         opacity=alt.condition(roles, alt.value(0.8), alt.value(0.05)),
-        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "role:N", "kind:N", alt.Tooltip("p:N", title="P(s|p)"),
-                 alt.Tooltip("prior:N", title="v̂_s"), alt.Tooltip("ratio:N", title="P(s|p) / v̂_s")],
+        tooltip=tooltips(alt.Tooltip("id:N", title="window"), "dataset:N", "role:N", "kind:N", alt.Tooltip("p:N", title="P(s|p)"),
+                         alt.Tooltip("prior:N", title="v̂_s"), alt.Tooltip("ratio:N", title="P(s|p) / v̂_s")),
     ).add_params(roles).interactive()
     layers: list[Any] = [points]
     if rows and n > 0:
@@ -213,10 +219,10 @@ def prior_aware_chart(example_id: np.ndarray, dataset: np.ndarray, role: np.ndar
         shift = math.log10(n)
         boundary = [{"x": low, "y": low + shift, "x2": high, "y2": high + shift, "what": f"PA boundary P(s|p) = {n:.3g}·v̂_s"}]
         layers.append(alt.Chart(alt.Data(values=boundary)).mark_rule(strokeDash=[6, 3], color="black").encode(
-            x="x:Q", y="y:Q", x2="x2:Q", y2="y2:Q", tooltip=["what:N"]))
+            x=alt.X("x:Q"), y=alt.Y("y:Q"), x2=alt.X2("x2:Q"), y2=alt.Y2("y2:Q"), tooltip=tooltips("what:N")))
     if rows and m > 0:
         layers.append(alt.Chart(alt.Data(values=[{"y": math.log10(m), "what": f"P(s|p) = m = {m:g}"}])).mark_rule(
-            strokeDash=[2, 3], color="grey").encode(y="y:Q", tooltip=["what:N"]))
+            strokeDash=[2, 3], color="grey").encode(y=alt.Y("y:Q"), tooltip=tooltips("what:N")))
     return alt.layer(*layers).properties(width=460, height=380, title=title).to_dict(validate=False)
 
 
@@ -241,7 +247,7 @@ def np_curves_chart(panels: dict[str, dict[str, Any]], policy: str, title: str) 
         y=alt.Y("rate:Q", title="(n,p)-extraction rate, %", scale=alt.Scale(domain=[0, 100])),
         color=alt.Color("series:N", title="series"), strokeDash=dashed,
         opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
-        tooltip=["series:N", alt.Tooltip("n:Q", format=",.0f"), alt.Tooltip("rate:Q", title="rate, %", format=".2f")],
+        tooltip=tooltips("series:N", alt.Tooltip("n:Q", format=",.0f"), alt.Tooltip("rate:Q", title="rate, %", format=".2f")),
     ).properties(width=320, height=260).add_params(series).interactive()
     return chart.facet(column=alt.Column("panel:N", title=None)).properties(title=title).to_dict(validate=False)
 
@@ -260,10 +266,10 @@ def ccdf_chart(curves: dict[str, tuple[np.ndarray, np.ndarray]], label: str, tit
         x=alt.X("gain:Q", scale=alt.Scale(type="log"), title=f"mass gain Δ = {label} − LB_0", axis=alt.Axis(format="~e")),
         y=alt.Y("share:Q", scale=alt.Scale(type="log"), title="% of all windows with gain ≥ Δ", axis=alt.Axis(format="~g")),
         color=alt.Color("series:N", title="series"), opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
-        tooltip=["series:N", alt.Tooltip("gain:Q", title="Δ", format=".3g"), alt.Tooltip("share:Q", title="% with gain ≥ Δ", format=".2f")],
+        tooltip=tooltips("series:N", alt.Tooltip("gain:Q", title="Δ", format=".3g"), alt.Tooltip("share:Q", title="% with gain ≥ Δ", format=".2f")),
     ).add_params(series).interactive()
     rules = alt.Chart(alt.Data(values=[{"gain": point} for point in CCDF_POINTS])).mark_rule(strokeDash=[2, 3], color="grey").encode(
-        x="gain:Q")
+        x=alt.X("gain:Q"))
     return alt.layer(rules, lines).properties(width=460, height=320, title=title).to_dict(validate=False)
 
 
@@ -291,13 +297,13 @@ def book_heatmap_chart(heatmaps: list[BookHeatmap], example_id: np.ndarray, tau:
                      for a, b, v, w in zip(edges[:-1], edges[1:], pooled, windows) if v >= tau and w >= 0]
     strip = alt.Y("strip:N", title=None, sort=["p_z", label])
     text = alt.Chart().mark_rect(color="#f7f7f7", stroke="#ccc", strokeWidth=0.5).encode(
-        x=alt.X("start:Q", title="character position"), x2="end:Q", y=strip).transform_filter("!datum.cell")
+        x=alt.X("start:Q", title="character position"), x2=alt.X2("end:Q"), y=strip).transform_filter("!datum.cell")
     cells = alt.Chart().mark_rect().encode(
-        x=alt.X("start:Q", title="character position"), x2="end:Q", y=strip,
+        x=alt.X("start:Q", title="character position"), x2=alt.X2("end:Q"), y=strip,
         color=alt.Color("log10_p:Q", title="max probability", scale=alt.Scale(scheme="blues", domain=[math.log10(tau), 0]),
                         legend=alt.Legend(labelExpr="'10^' + datum.value")),
-        tooltip=["document:N", "strip:N", alt.Tooltip("start:Q", title="from character"), alt.Tooltip("end:Q", title="to character"),
-                 alt.Tooltip("p:Q", title="max probability", format=".3g"), alt.Tooltip("id:N", title="window")],
+        tooltip=tooltips("document:N", "strip:N", alt.Tooltip("start:Q", title="from character"), alt.Tooltip("end:Q", title="to character"),
+                         alt.Tooltip("p:Q", title="max probability", format=".3g"), alt.Tooltip("id:N", title="window")),
     ).transform_filter("datum.cell").interactive(bind_y=False)
     layered = alt.layer(text, cells, data=alt.Data(values=rows)).properties(width=760, height=44)
     return layered.facet(row=alt.Row("document:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left"))).resolve_scale(
@@ -314,8 +320,8 @@ def shell_heatmap_chart(example_id: np.ndarray, dataset: np.ndarray, shares: np.
         x=alt.X("shell:O", title="ε-shell (0 = verbatim mass LB_0)", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("rank:O", title=f"{shares.shape[0]} extracted windows, by verbatim share", axis=alt.Axis(labels=False, ticks=False)),
         color=alt.Color("share:Q", title="share of LB_E", scale=alt.Scale(scheme="viridis", domain=[0, 1])),
-        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", alt.Tooltip("shell:O", title="ε-shell"),
-                 alt.Tooltip("share:Q", title="share of LB_E", format=".1%")],
+        tooltip=tooltips(alt.Tooltip("id:N", title="window"), "dataset:N", alt.Tooltip("shell:O", title="ε-shell"),
+                         alt.Tooltip("share:Q", title="share of LB_E", format=".1%")),
     )
     return cells.properties(width=300, height=max(160, min(600, 4 * shares.shape[0])), title=title).to_dict(validate=False)
 
@@ -337,7 +343,7 @@ def shell_violin_chart(shares: np.ndarray, medians: list[float | None], title: s
             y=alt.Y("median:Q", scale=alt.Scale(domain=[0, 1]), axis=None),
             tooltip=[alt.Tooltip("shell:O", title="ε-shell"), alt.Tooltip("median:Q", title="median share", format=".1%"),
                      alt.Tooltip("windows:Q", title="extracted windows")])
-        return alt.layer(violin, median, median.mark_text(dx=22, dy=-8, fontSize=10).encode(text="label:N")).properties(
+        return alt.layer(violin, median, median.mark_text(dx=22, dy=-8, fontSize=10).encode(text=alt.Text("label:N"))).properties(
             width=70, height=260, title=f"shell {eps}")
 
     columns = [column(eps) for eps in range(shares.shape[1])]
@@ -352,10 +358,10 @@ def nv_recall_chart(bars: list[RecallBar], title: str) -> dict[str, Any]:
             if value is not None]
     kinds = alt.selection_point(fields=["generation"], bind="legend")
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
-        y=alt.Y("book:N", title=None), yOffset="generation:N",
+        y=alt.Y("book:N", title=None), yOffset=alt.YOffset("generation:N"),
         x=alt.X("nv_recall:Q", title="nv-recall, % of the book's words", scale=alt.Scale(domain=[0, 100])),
         color=alt.Color("generation:N", title="generation"), opacity=alt.condition(kinds, alt.value(1.0), alt.value(0.15)),
-        tooltip=["book:N", "generation:N", alt.Tooltip("nv_recall:Q", title="nv-recall, %", format=".2f")],
+        tooltip=tooltips("book:N", "generation:N", alt.Tooltip("nv_recall:Q", title="nv-recall, %", format=".2f")),
     ).add_params(kinds).properties(width=460, title=title).to_dict(validate=False)
 
 
@@ -368,11 +374,11 @@ def book_strips_chart(strips: list[Strip], title: str) -> dict[str, Any]:
         rows.append({"book": label, "start": 0, "end": strip.book_words, "block": False})
         rows += [{"book": label, "start": start, "end": start + span, "words": span, "block": True} for start, span in strip.spans]
     base = alt.Chart(alt.Data(values=rows)).encode(
-        x=alt.X("start:Q", title="word position in the book"), x2="end:Q", y=alt.Y("book:N", title=None, axis=alt.Axis(labelLimit=400)))
+        x=alt.X("start:Q", title="word position in the book"), x2=alt.X2("end:Q"), y=alt.Y("book:N", title=None, axis=alt.Axis(labelLimit=400)))
     book = base.mark_rect(color="#eeeeee").transform_filter("!datum.block")
     blocks = base.mark_rect(color=COLOURS["red"]).transform_filter("datum.block").encode(
-        tooltip=["book:N", alt.Tooltip("start:Q", title="from word"), alt.Tooltip("end:Q", title="to word"),
-                 alt.Tooltip("words:Q", title="words in the block")])
+        tooltip=tooltips("book:N", alt.Tooltip("start:Q", title="from word"), alt.Tooltip("end:Q", title="to word"),
+                         alt.Tooltip("words:Q", title="words in the block")))
     return alt.layer(book, blocks).properties(width=760, title=title).interactive(bind_y=False).to_dict(validate=False)
 
 
@@ -382,12 +388,12 @@ def merge_stages_chart(stages: list[dict[str, Any]], title: str) -> dict[str, An
     to scroll the book's text to it. `stages` rows: stage, start, end, g_start, g_end, matched, words, anchor."""
     order = list(dict.fromkeys(row["stage"] for row in stages))
     return alt.Chart(alt.Data(values=stages)).mark_rect(stroke="white", strokeWidth=0.3).encode(
-        x=alt.X("start:Q", title="word position in the book"), x2="end:Q", y=alt.Y("stage:N", title=None, sort=order, axis=alt.Axis(labelLimit=400)),
+        x=alt.X("start:Q", title="word position in the book"), x2=alt.X2("end:Q"), y=alt.Y("stage:N", title=None, sort=order, axis=alt.Axis(labelLimit=400)),
         color=alt.Color("kept:N", title="block", scale=alt.Scale(domain=["counted by nv-recall", "dropped by a later pass"],
                                                                    range=[COLOURS["red"], "#bbbbbb"])),
-        tooltip=["stage:N", alt.Tooltip("start:Q", title="book from word"), alt.Tooltip("end:Q", title="book to word"),
-                 alt.Tooltip("g_start:Q", title="generation from word"), alt.Tooltip("g_end:Q", title="generation to word"),
-                 alt.Tooltip("matched:Q", title="verbatim words"), alt.Tooltip("words:N", title="begins")],
+        tooltip=tooltips("stage:N", alt.Tooltip("start:Q", title="book from word"), alt.Tooltip("end:Q", title="book to word"),
+                         alt.Tooltip("g_start:Q", title="generation from word"), alt.Tooltip("g_end:Q", title="generation to word"),
+                         alt.Tooltip("matched:Q", title="verbatim words"), alt.Tooltip("words:N", title="begins")),
     ).properties(width=760, title=title).interactive(bind_y=False).to_dict(validate=False)
 
 
@@ -424,9 +430,9 @@ def roc_chart(series: list[dict[str, Any]], non_members: int, title: str) -> dic
         x=x, y=y, color=alt.Color("score:N", title="score", sort=[item["name"] for item in series]),
         strokeDash=alt.StrokeDash("family:N", title="family", sort=["membership", "extraction"]),
         opacity=alt.condition(scores, alt.value(1.0), alt.value(0.08)),
-        tooltip=[alt.Tooltip("score:N"), "family:N", alt.Tooltip("auc:N", title="AUC"), alt.Tooltip("shown_fpr:N", title="FPR"),
-                 alt.Tooltip("tpr:Q", title="TPR", format=".3f")],
+        tooltip=tooltips(alt.Tooltip("score:N"), "family:N", alt.Tooltip("auc:N", title="AUC"), alt.Tooltip("shown_fpr:N", title="FPR"),
+                         alt.Tooltip("tpr:Q", title="TPR", format=".3f")),
     ).add_params(scores)
     diagonal = alt.Chart(alt.Data(values=chance)).mark_line(strokeDash=[2, 3], color="#888").encode(
-        x=x, y=y, tooltip=["what:N"])
+        x=x, y=y, tooltip=tooltips("what:N"))
     return alt.layer(diagonal, lines).properties(width=520, height=400, title=title).interactive().to_dict(validate=False)

@@ -13,6 +13,7 @@ from memrisk.config import ExperimentConfig
 from memrisk.extraction.rates import is_extractable
 from memrisk.methods.base import Column
 from memrisk.methods.corpus_counts import WINDOW, binned_rates, count_stats, extraction_verdicts
+from memrisk.report.charts import tooltips
 from memrisk.report.markup import Html, Picture, chart, join, note, table, tag
 from memrisk.summary import column_reader
 
@@ -64,8 +65,8 @@ def corpus_count_chart(points: list[dict[str, Any]], title: str) -> dict[str, An
         color=alt.Color("measure:N", title="measure", sort=list(dict.fromkeys(p["measure"] for p in points))),
         strokeDash=alt.condition("datum.measure == 'greedy (verbatim)'", alt.value([6, 3]), alt.value([1, 0])),
         opacity=alt.condition(measures, alt.value(1.0), alt.value(0.1)),
-        tooltip=["panel:N", alt.Tooltip("bin:N", title="corpus count"), "measure:N",
-                 alt.Tooltip("rate:Q", title="rate, %", format=".1f"), alt.Tooltip("of:N", title="windows")],
+        tooltip=tooltips("panel:N", alt.Tooltip("bin:N", title="corpus count"), "measure:N",
+                         alt.Tooltip("rate:Q", title="rate, %", format=".1f"), alt.Tooltip("of:N", title="windows")),
     ).add_params(measures).properties(width=320, height=240)
     panels = list(dict.fromkeys(p["panel"] for p in points))
     header = alt.Header(labelFontSize=12, labelFontWeight="bold", labels=len(panels) > 1)

@@ -14,6 +14,7 @@ from typing import Any
 import altair as alt
 
 from memrisk import layout
+from memrisk.report.charts import tooltips
 from memrisk.report.markup import Html, Picture, chart, count_rate, join, note, table, tag
 from memrisk.report.paper import Reproduced, reproduce
 from memrisk.report.run_page import explorer_section, load_run
@@ -91,7 +92,7 @@ def axis_chart(axis: str, others: list[str], metric: str, rows: list[MetricRow])
         color=alt.Color("setting:N", title=", ".join(a.split(".")[-1] for a in others) or None,
                         legend=alt.Legend(orient="right") if others else None),
         opacity=alt.condition(settings, alt.value(1.0), alt.value(0.1)),
-        tooltip=["cell:N", "setting:N", alt.Tooltip("x:Q", title=axis), alt.Tooltip("y:Q", title=metric, format=".4g")],
+        tooltip=tooltips("cell:N", "setting:N", alt.Tooltip("x:Q", title=axis), alt.Tooltip("y:Q", title=metric, format=".4g")),
     ).add_params(settings).interactive()
     return lines.properties(width=360, height=240, title=f"{metric} against {axis}").to_dict(validate=False)
 

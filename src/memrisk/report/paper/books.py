@@ -14,6 +14,7 @@ import altair as alt
 import numpy as np
 
 from memrisk.books.powerlaw import FORM, fit_power_law, success_within
+from memrisk.report.charts import tooltips
 from memrisk.report.paper.base import PANEL_HEADER, PaperFigure, Rows, Spec, legend_toggle
 from memrisk.report.study_data import StudyCell, StudyData
 
@@ -81,9 +82,9 @@ def word_count_figure(rows: Rows) -> Spec:
         x=alt.X("model:N", title=None, axis=alt.Axis(labelAngle=-30)), xOffset=alt.XOffset("words:N", sort=["matched", "missing", "additional"]),
         y=alt.Y("count:Q", title="words"), color=alt.Color("words:N", title="words", sort=["matched", "missing", "additional"]),
         opacity=alt.condition(kinds, alt.value(1.0), alt.value(0.15)),
-        tooltip=["book:N", "model:N", "words:N", alt.Tooltip("count:Q", title="words"), alt.Tooltip("book_words:Q", title="|B|")],
+        tooltip=tooltips("book:N", "model:N", "words:N", alt.Tooltip("count:Q", title="words"), alt.Tooltip("book_words:Q", title="|B|")),
     ).add_params(kinds)
-    book = alt.Chart().mark_rule(strokeDash=[2, 3], color="grey").encode(y="book_words:Q", tooltip=[alt.Tooltip("book_words:Q", title="|B|")])
+    book = alt.Chart().mark_rule(strokeDash=[2, 3], color="grey").encode(y=alt.Y("book_words:Q"), tooltip=[alt.Tooltip("book_words:Q", title="|B|")])
     books = list(dict.fromkeys(r["book"] for r in rows))
     return alt.layer(bar, book, data=alt.Data(values=bars)).properties(width=alt.Step(18), height=220).facet(
         column=alt.Column("book:N", title=None, header=PANEL_HEADER, sort=books)).resolve_scale(x="independent").properties(
@@ -122,8 +123,8 @@ def sweep_figure(rows: Rows) -> Spec:
         y=alt.Y("nv_recall:Q", title="nv-recall", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("setting:N", title="setting", sort=order, legend=alt.Legend(labelLimit=400)),
         opacity=alt.condition(settings, alt.value(1.0), alt.value(0.15)),
-        tooltip=["book:N", "setting:N", "cell:N", alt.Tooltip("nv_recall:Q", title="nv-recall", format=".3f"),
-                 alt.Tooltip("of:N", title="matched words (m of |B|)"), "phase1_success:N"],
+        tooltip=tooltips("book:N", "setting:N", "cell:N", alt.Tooltip("nv_recall:Q", title="nv-recall", format=".3f"),
+                         alt.Tooltip("of:N", title="matched words (m of |B|)"), "phase1_success:N"),
     ).add_params(settings).properties(width=max(240, 60 * len(books)), height=240,
                                       title="nv-recall per book and generation setting").to_dict(validate=False)
 
@@ -152,16 +153,16 @@ def best_figure(rows: Rows) -> Spec:
     statistics = legend_toggle("statistic")
     x = alt.X("book:N", title=None, sort=[r["book"] for r in rows], axis=alt.Axis(labelAngle=0))
     bar = alt.Chart().mark_bar().encode(
-        x=x, xOffset="statistic:N", y=alt.Y("nv_recall:Q", title="nv-recall"), color=alt.Color("statistic:N", title=None),
+        x=x, xOffset=alt.XOffset("statistic:N"), y=alt.Y("nv_recall:Q", title="nv-recall"), color=alt.Color("statistic:N", title=None),
         opacity=alt.condition(statistics, alt.value(1.0), alt.value(0.15)),
-        tooltip=["book:N", "statistic:N", "setting:N", alt.Tooltip("nv_recall:Q", title="nv-recall", format=".3f"),
-                 alt.Tooltip("std:Q", title="std", format=".3f")],
+        tooltip=tooltips("book:N", "statistic:N", "setting:N", alt.Tooltip("nv_recall:Q", title="nv-recall", format=".3f"),
+                         alt.Tooltip("std:Q", title="std", format=".3f")),
     ).add_params(statistics)
     error = alt.Chart().mark_rule(color="black", strokeWidth=1.5).encode(
-        x=x, xOffset="statistic:N", y="low:Q", y2="high:Q",
-        tooltip=["book:N", "setting:N", alt.Tooltip("nv_recall:Q", title="mean nv-recall", format=".3f"),
-                 alt.Tooltip("std:Q", title="std", format=".3f"), alt.Tooltip("low:Q", title="mean − std", format=".3f"),
-                 alt.Tooltip("high:Q", title="mean + std", format=".3f")],
+        x=x, xOffset=alt.XOffset("statistic:N"), y=alt.Y("low:Q"), y2=alt.Y2("high:Q"),
+        tooltip=tooltips("book:N", "setting:N", alt.Tooltip("nv_recall:Q", title="mean nv-recall", format=".3f"),
+                         alt.Tooltip("std:Q", title="std", format=".3f"), alt.Tooltip("low:Q", title="mean − std", format=".3f"),
+                         alt.Tooltip("high:Q", title="mean + std", format=".3f")),
     ).transform_filter("datum.std > 0")
     return alt.layer(bar, error, data=alt.Data(values=bars)).properties(
         width=max(200, 80 * len(rows)), height=240, title="Best setting's nv-recall against the mean ± std over settings").to_dict(validate=False)
@@ -201,12 +202,12 @@ def bon_figure(rows: Rows) -> Spec:
     colour, opacity = alt.Color("series:N", title="model"), alt.condition(models, alt.value(1.0), alt.value(0.1))
     measured = alt.Chart(alt.Data(values=points)).mark_line(interpolate="step-after", point=True).encode(
         x=x, y=alt.Y("success_rate:Q", title="Phase 1 success rate", scale=alt.Scale(domain=[0, 1])), color=colour, opacity=opacity,
-        tooltip=["series:N", "n:Q", alt.Tooltip("success_rate:Q", title="success rate", format=".3f"),
-                 alt.Tooltip("within:N", title="probes succeeded")],
+        tooltip=tooltips("series:N", "n:Q", alt.Tooltip("success_rate:Q", title="success rate", format=".3f"),
+                         alt.Tooltip("within:N", title="probes succeeded")),
     ).add_params(models)
     fitted = alt.Chart(alt.Data(values=fits)).mark_line(strokeDash=[5, 3]).encode(
-        x=x, y="fit_rate:Q", color=colour, opacity=opacity,
-        tooltip=["series:N", alt.Tooltip("fit:N", title=FORM), "n:Q", alt.Tooltip("fit_rate:Q", title="fitted rate", format=".3f")])
+        x=x, y=alt.Y("fit_rate:Q"), color=colour, opacity=opacity,
+        tooltip=tooltips("series:N", alt.Tooltip("fit:N", title=FORM), "n:Q", alt.Tooltip("fit_rate:Q", title="fitted rate", format=".3f")))
     return alt.layer(measured, fitted).properties(
         width=420, height=260, title=f"Phase 1 success within N attempts; dashed: the fit {FORM}").interactive().to_dict(validate=False)
 

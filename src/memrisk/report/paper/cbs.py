@@ -18,7 +18,7 @@ import numpy as np
 from memrisk import rules
 from memrisk.methods.cbs import DISTANCES
 from memrisk.methods.monte_carlo import MAX_ROWS, estimates
-from memrisk.report.charts import book_heatmap_chart, panel_grid, verdict_scatter_chart
+from memrisk.report.charts import book_heatmap_chart, panel_grid, tooltips, verdict_scatter_chart
 from memrisk.report.metrics import BookHeatmap, coverage_max_owner, token_evals
 from memrisk.report.paper.base import PaperFigure, Rows, Spec, legend_toggle
 from memrisk.report.study_data import StudyCell, StudyData
@@ -113,14 +113,14 @@ def _distribution(points: Rows, field: str, title: str, percent: bool, values: l
     boxes = base.mark_boxplot(extent="min-max", opacity=0.35, size=36, clip=True).encode(x=x, y=y)
     dots = base.mark_circle(size=24, opacity=0.8, clip=True).encode(
         x=x, xOffset=alt.XOffset("jitter:Q", scale=alt.Scale(domain=[-12, 12])), y=y, color=alt.value("#1f77b4"),
-        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", alt.Tooltip("label:N", title="model"),
-                 alt.Tooltip(f"{field}:Q", title=title, format=shown), *values]).add_params(_zoom(view, ("y",)))
+        tooltip=tooltips(alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", alt.Tooltip("label:N", title="model"),
+                         alt.Tooltip(f"{field}:Q", title=title, format=shown), *values)).add_params(_zoom(view, ("y",)))
     median = base.transform_aggregate(median=f"median({field})", windows="count()", groupby=["series"]).transform_calculate(
         text=f"'median ' + format(datum.median, '{shown}') + '{'%' if percent else ''}'")
     at = alt.Y("median:Q", scale=scale)
     ticks = median.mark_tick(color="black", thickness=2, size=30, clip=True).encode(
         x=x, y=at, tooltip=[alt.Tooltip("series:N", title="model"), alt.Tooltip("median:Q", title=f"median {title}", format=shown)])
-    text = median.mark_text(dy=-9, fontSize=10).encode(x=x, y=at, text="text:N")
+    text = median.mark_text(dy=-9, fontSize=10).encode(x=x, y=at, text=alt.Text("text:N"))
     return alt.layer(boxes, dots, ticks, text).properties(width=max(160, 130 * len(series)), height=260)
 
 
@@ -181,25 +181,25 @@ def beam_sweep_figure(rows: Rows) -> Spec:
     colour = alt.Color("epsilon:O", title="ε", scale=alt.Scale(scheme="viridis"))
     dash = alt.StrokeDash("prune:N", title="pruning", legend=alt.Legend(symbolType="stroke"))
     faded = alt.condition(epsilons, alt.value(1.0), alt.value(0.1))
-    tooltip = ["model:N", "prune:N", "epsilon:O", "beam_width:Q"]
+    tooltip = tooltips("model:N", "prune:N", "epsilon:O", "beam_width:Q")
     rates = [p for p in points if p["rate"] is not None]
     top = max([0.05] + [p["rate"] for p in rates])
     rate = alt.Chart(alt.Data(values=rates)).mark_line(point=True, clip=True).encode(
         x=x, y=alt.Y("rate:Q", title=f"share of the {max(p['windows'] for p in points)} windows with LB_ε ≥ τ_min",
                      scale=alt.Scale(domain=[0, top]), axis=alt.Axis(format="%")),
-        color=colour, strokeDash=dash, shape=shape, detail="model:N", opacity=faded,
+        color=colour, strokeDash=dash, shape=shape, detail=alt.Detail("model:N"), opacity=faded,
         tooltip=tooltip + [alt.Tooltip("rate:Q", format=".1%"), alt.Tooltip("of:N", title="windows")],
     ).add_params(epsilons, _zoom("beam_rate"))
     masses = [p for p in points if p["mass"] is not None]
     mass = alt.Chart(alt.Data(values=masses)).mark_line(point=True, clip=True).encode(
         x=x, y=alt.Y("mass:Q", title="mean LB_ε of the extractable windows"), color=colour, strokeDash=dash, shape=shape,
-        detail="model:N", opacity=faded,
+        detail=alt.Detail("model:N"), opacity=faded,
         tooltip=tooltip + [alt.Tooltip("mass:Q", title="mean LB_ε", format=".3g"), alt.Tooltip("of:N", title="extractable windows")],
     ).add_params(_zoom("beam_mass")) if masses else alt.Chart(alt.Data(values=[{"text": "no window has LB_ε ≥ τ_min at any B"}])).mark_text(
-    ).encode(text="text:N")
+    ).encode(text=alt.Text("text:N"))
     time = alt.Chart(alt.Data(values=times)).mark_line(point=alt.OverlayMarkDef(color="black"), color="black", clip=True).encode(
-        x=x, y=alt.Y("seconds:Q", title="CBS wall time (s)"), strokeDash=dash, shape=shape, detail="model:N",
-        tooltip=["model:N", "prune:N", "beam_width:Q", alt.Tooltip("seconds:Q", format=".1f")],
+        x=x, y=alt.Y("seconds:Q", title="CBS wall time (s)"), strokeDash=dash, shape=shape, detail=alt.Detail("model:N"),
+        tooltip=tooltips("model:N", "prune:N", "beam_width:Q", alt.Tooltip("seconds:Q", format=".1f")),
     ).add_params(_zoom("beam_time"))
     panels = zip((rate, mass, time), ("Fig. 23: extraction rate", "Fig. 24: extraction mass", "Fig. 25: wall time"))
     return _spec(alt.hconcat(*(chart.properties(width=240, height=220, title=title) for chart, title in panels)).properties(
@@ -286,17 +286,17 @@ def _convergence_panel(points: Rows, view: str) -> alt.LayerChart:
     symlog = alt.Scale(type="symlog", constant=first["tau_min"], domain=[0, 1])
     y = alt.Y("mc_estimate:Q", title=f"P({first['distance']} ≤ {first['epsilon']}), symlog", scale=symlog,
               axis=alt.Axis(values=_probability_ticks(first["tau_min"]), format="~g"))
-    tooltip = [alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "samples:Q",
-               alt.Tooltip("mc_estimate:Q", title="MC estimate", format=".3g"), alt.Tooltip("interval:N", title="95% Wilson interval"),
-               alt.Tooltip("mc_token_evals:Q", title="MC token evaluations", format=",.0f"),
-               alt.Tooltip("cbs_lower:Q", title="CBS LB_ε", format=".3g")]
+    tooltip = tooltips(alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "samples:Q",
+                       alt.Tooltip("mc_estimate:Q", title="MC estimate", format=".3g"), alt.Tooltip("interval:N", title="95% Wilson interval"),
+                       alt.Tooltip("mc_token_evals:Q", title="MC token evaluations", format=",.0f"),
+                       alt.Tooltip("cbs_lower:Q", title="CBS LB_ε", format=".3g"))
     base = alt.Chart(alt.Data(values=data))
-    band = base.mark_area(opacity=0.2, clip=True).encode(x=x, y=alt.Y("mc_low:Q", scale=symlog), y2="mc_high:Q", tooltip=tooltip)
+    band = base.mark_area(opacity=0.2, clip=True).encode(x=x, y=alt.Y("mc_low:Q", scale=symlog), y2=alt.Y2("mc_high:Q"), tooltip=tooltip)
     line = base.mark_line(point=True, clip=True).encode(x=x, y=y, tooltip=tooltip).add_params(_zoom(view, ("x",)))
     refs = [{"y": first["cbs_lower"], "what": f"CBS LB_ε = {first['cbs_lower']:.3g}", "kind": "CBS LB_ε"},
             {"y": first["tau_min"], "what": f"τ_min = {first['tau_min']:g}", "kind": "τ_min"}]
     rules_ = alt.Chart(alt.Data(values=refs)).mark_rule().encode(
-        y=alt.Y("y:Q", scale=symlog), tooltip=["what:N"],
+        y=alt.Y("y:Q", scale=symlog), tooltip=tooltips("what:N"),
         strokeDash=alt.StrokeDash("kind:N", title=None, scale=alt.Scale(domain=["CBS LB_ε", "τ_min"], range=[[6, 3], [2, 2]])),
         color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=["CBS LB_ε", "τ_min"], range=["#ff7f0e", "grey"])))
     layers: list[Any] = [band, line, rules_]
@@ -306,8 +306,8 @@ def _convergence_panel(points: Rows, view: str) -> alt.LayerChart:
                  "what": f"CBS at its cost: {first['cbs_token_evals']} token evaluations ≈ M = {first['cbs_samples_equivalent']:.3g}"}]
         layers.append(alt.Chart(alt.Data(values=star)).mark_point(shape="diamond", size=160, filled=True, color="#ff7f0e", clip=True).encode(
             x=x, y=alt.Y("cbs_lower:Q", scale=symlog),
-            tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "what:N",
-                     alt.Tooltip("cbs_lower:Q", title="LB_ε", format=".3g")]))
+            tooltip=tooltips(alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "what:N",
+                             alt.Tooltip("cbs_lower:Q", title="LB_ε", format=".3g"))))
     return alt.layer(*layers).properties(width=320, height=220, title=f"{first['label']}, {first['dataset']}: window {first['example_id']}")
 
 
@@ -426,7 +426,7 @@ def common_set_figure(rows: Rows) -> Spec:
         fixed = [r for r in points if r["by_every"] and r["lower"] is not None]
         mass = (_distribution(fixed, "lower", "LB_E on the windows every model extracts", False, [], f"common_{dataset}") if fixed
                 else alt.Chart(alt.Data(values=[{"text": "no window is extracted by every model"}])).mark_text().encode(
-                    text="text:N").properties(width=200, height=260))
+                    text=alt.Text("text:N")).properties(width=200, height=260))
         counts = []
         for (label,), group in _groups(points, "label").items():
             extracted = sum(r["extracted"] for r in group)
@@ -440,7 +440,7 @@ def common_set_figure(rows: Rows) -> Spec:
             y=alt.Y("windows:Q", title="windows with LB_E ≥ τ_min", axis=alt.Axis(tickMinStep=1, format="d")),
             color=alt.Color("set:N", title=None, scale=alt.Scale(range=["#1f77b4", "#2ca02c"]), legend=alt.Legend(labelLimit=320)),
             opacity=alt.condition(sets, alt.value(1.0), alt.value(0.2)),
-            tooltip=[alt.Tooltip("label:N", title="model"), "cell:N", "dataset:N", "set:N", alt.Tooltip("of:N", title="windows")],
+            tooltip=tooltips(alt.Tooltip("label:N", title="model"), "cell:N", "dataset:N", "set:N", alt.Tooltip("of:N", title="windows")),
         ).properties(width=max(160, 90 * len(labels)), height=260, title=f"{dataset}: extracted by every model vs by some")
         bars = bars if panels else bars.add_params(sets)
         panels.append(alt.hconcat(mass.properties(title=f"{dataset}: the fixed set"), bars).resolve_scale(xOffset="independent"))
@@ -603,8 +603,8 @@ def _pruning_matrix(points: Rows) -> alt.LayerChart:
     x = alt.X("d:O", title=f"evaluation threshold d ({points[0]['distance']})", sort=[f"≤ {t}" for t in sorted({r['threshold'] for r in points})],
               axis=alt.Axis(labelAngle=0))
     y = alt.Y("run:N", title=None, sort=runs, axis=alt.Axis(labelLimit=200))
-    tooltip = ["run:N", "cell:N", "d:O", alt.Tooltip("of:N", title="windows with LB_d ≥ τ_min"), alt.Tooltip("baseline:Q", title="baseline"),
-               alt.Tooltip("difference:Q", title="− baseline")]
+    tooltip = tooltips("run:N", "cell:N", "d:O", alt.Tooltip("of:N", title="windows with LB_d ≥ τ_min"), alt.Tooltip("baseline:Q", title="baseline"),
+                       alt.Tooltip("difference:Q", title="− baseline"))
     base = alt.Chart(alt.Data(values=data))
     legend = alt.Legend(tickMinStep=1, format="d") if "baseline" in runs else None
     counted = base.transform_filter("datum.extractable !== null").mark_rect(stroke="white").encode(
@@ -613,7 +613,7 @@ def _pruning_matrix(points: Rows) -> alt.LayerChart:
     missing = base.transform_filter("datum.extractable === null").mark_rect(stroke="white", color="#bdbdbd").encode(
         x=x, y=y, tooltip=tooltip)
     text = base.mark_text(fontSize=11).encode(
-        x=x, y=y, text="shown:N", color=alt.condition("datum.strong", alt.value("white"), alt.value("#222")), tooltip=tooltip)
+        x=x, y=y, text=alt.Text("shown:N"), color=alt.condition("datum.strong", alt.value("white"), alt.value("#222")), tooltip=tooltip)
     return alt.layer(counted, missing, text).properties(width=60 * len({r["threshold"] for r in points}), height=28 * len(runs))
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from memrisk import rules
 from memrisk.extraction.rates import is_extractable, p_reached
 from memrisk.methods.monte_carlo import estimates
+from memrisk.report.charts import tooltips
 from memrisk.report.metrics import np_curves
 from memrisk.report.paper.base import PANEL_HEADER, PaperFigure, Rows, Spec, legend_toggle, series_names
 from memrisk.report.study_data import StudyCell, StudyData
@@ -113,8 +114,8 @@ def curve_points(rows: Rows) -> list[dict[str, Any]]:
 N_AXIS = alt.X("n:Q", scale=alt.Scale(type="log"), title="n (number of generations)",
                axis=alt.Axis(format="~s", values=[10 ** k for k in range(7)]))
 RATE_AXIS = alt.Y("rate:Q", title="(n,p)-extraction rate, %", scale=alt.Scale(domain=[0, 100]))
-CURVE_TOOLTIP = ["model:N", "cell:N", "policy:N", "series:N", alt.Tooltip("n:Q", format=",.0f"),
-                 alt.Tooltip("rate:Q", title="rate, %", format=".2f"), alt.Tooltip("of:N", title="windows")]
+CURVE_TOOLTIP = tooltips("model:N", "cell:N", "policy:N", "series:N", alt.Tooltip("n:Q", format=",.0f"),
+                         alt.Tooltip("rate:Q", title="rate, %", format=".2f"), alt.Tooltip("of:N", title="windows"))
 
 
 ROW_HEADER = alt.Header(labelFont="sans-serif", labelFontSize=12, labelFontWeight="bold", labelLimit=200,
@@ -159,7 +160,7 @@ def models_figure(rows: Rows) -> Spec:
         opacity=alt.condition(models, alt.value(1.0), alt.value(0.1)), tooltip=CURVE_TOOLTIP,
     ).transform_filter(f"datum.series != '{GREEDY}'").add_params(models).interactive()
     greedy = alt.Chart().mark_line(strokeWidth=5, opacity=0.35, clip=True).encode(
-        x=N_AXIS, y=RATE_AXIS, color="model:N", tooltip=CURVE_TOOLTIP).transform_filter(f"datum.series == '{GREEDY}'")
+        x=N_AXIS, y=RATE_AXIS, color=alt.Color("model:N"), tooltip=CURVE_TOOLTIP).transform_filter(f"datum.series == '{GREEDY}'")
     return alt.layer(curves, greedy, data=alt.Data(values=points)).properties(width=360, height=260).facet(
         column=alt.Column("panel:N", title=None, header=PANEL_HEADER, sort=list(dict.fromkeys(p["panel"] for p in points))),
     ).properties(title="(n,p)-extraction rates per model; thick translucent lines: greedy").to_dict(validate=False)
@@ -178,7 +179,7 @@ def policies_figure(rows: Rows) -> Spec:
     policies = legend_toggle("line")
     several = len({p["cell"] for p in points}) > 1
     chart = alt.Chart().mark_line(clip=True).encode(
-        x=N_AXIS, y=RATE_AXIS, detail="cell:N",
+        x=N_AXIS, y=RATE_AXIS, detail=alt.Detail("cell:N"),
         color=alt.Color("line:N", title="policy", scale=alt.Scale(domain=[*dict.fromkeys(p["policy"] for p in points), GREEDY],
                                                                    range=[*_palette(len({p["policy"] for p in points})), "black"])),
         strokeDash=alt.StrokeDash("model:N", title="model") if several else alt.value([1, 0]),
@@ -231,7 +232,7 @@ def histogram_figure(rows: Rows) -> Spec:
         binned = alt.Bin(maxbins=20, extent=extent) if extent else alt.Bin(maxbins=20)
         return alt.Chart(alt.Data(values=values)).mark_bar(color=colour).encode(
             x=alt.X(f"{field}:Q", bin=binned, title=title), y=alt.Y("count():Q", title="windows"),
-            tooltip=["panel:N", alt.Tooltip(f"{field}:Q", bin=binned, title=title), alt.Tooltip("count():Q", title="windows")],
+            tooltip=tooltips("panel:N", alt.Tooltip(f"{field}:Q", bin=binned, title=title), alt.Tooltip("count():Q", title="windows")),
         ).properties(width=200, height=140).facet(facet=alt.Facet("panel:N", title=None, header=PANEL_HEADER, sort=panels), columns=columns)
 
     return alt.vconcat(histogram("perplexity", "log10 perplexity of the suffix", None, "#4c78a8"),
@@ -282,10 +283,10 @@ def sampling_figure(rows: Rows) -> Spec:
     points = [{k: v for k, v in r.items() if k != "log_p"} | {"id": r["example_id"], "N": f"N = {r['budget']:,}"}
               for r in rows]  # log p_z may be −inf, which JSON cannot hold; p_z carries it
     diagonal = alt.Chart(alt.Data(values=[{"x": 0.0, "y": 0.0, "what": "y = x"}, {"x": 1.0, "y": 1.0, "what": "y = x"}])).mark_line(
-        strokeDash=[4, 3], color="black", strokeWidth=0.8, clip=True).encode(x="x:Q", y="y:Q", tooltip=["what:N"])
-    tooltip = [alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "N:N", alt.Tooltip("p_z:Q", format=".4f"),
-               alt.Tooltip("mc_estimate:Q", title="estimate", format=".4f"), alt.Tooltip("mc_low:Q", title="Wilson low", format=".4f"),
-               alt.Tooltip("mc_high:Q", title="Wilson high", format=".4f"), "covered:N"]
+        strokeDash=[4, 3], color="black", strokeWidth=0.8, clip=True).encode(x=alt.X("x:Q"), y=alt.Y("y:Q"), tooltip=tooltips("what:N"))
+    tooltip = tooltips(alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "N:N", alt.Tooltip("p_z:Q", format=".4f"),
+                       alt.Tooltip("mc_estimate:Q", title="estimate", format=".4f"), alt.Tooltip("mc_low:Q", title="Wilson low", format=".4f"),
+                       alt.Tooltip("mc_high:Q", title="Wilson high", format=".4f"), "covered:N")
 
     def scatter(x: str, y: str, x_title: str, y_title: str, title: str) -> alt.LayerChart:
         budgets = legend_toggle("N", x)
@@ -324,7 +325,7 @@ def _error_panel(rows: Rows) -> alt.LayerChart:
         y=alt.Y("error:Q", title="mean |estimate − p_z|", scale=alt.Scale(domainMin=0)), color=alt.Color("series:N", title="dataset"))
     lines = base.mark_line(point=True).encode(
         opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
-        tooltip=["series:N", "budget:Q", alt.Tooltip("error:Q", format=".4f"), alt.Tooltip("covers:N", title="Wilson 95% covers p_z")],
+        tooltip=tooltips("series:N", "budget:Q", alt.Tooltip("error:Q", format=".4f"), alt.Tooltip("covers:N", title="Wilson 95% covers p_z")),
     ).add_params(series)
     labels = base.mark_text(dx=6, dy=-8, fontSize=9).encode(text=alt.Text("coverage:Q", format=".0%"))
     return alt.layer(lines, labels).properties(width=260, height=260, title="convergence (labels: Wilson 95% covers p_z)")
@@ -383,8 +384,8 @@ def duplicates_figure(rows: Rows) -> Spec:
         color=alt.Color("measure:N", title="measure", sort=list(dict.fromkeys(p["measure"] for p in points))),
         strokeDash=alt.condition("datum.measure == 'greedy'", alt.value([6, 3]), alt.value([1, 0])),
         opacity=alt.condition(measures, alt.value(1.0), alt.value(0.1)),
-        tooltip=["model:N", "cell:N", "copies:N", "datasets:N", "measure:N", alt.Tooltip("rate:Q", title="rate, %", format=".1f"),
-                 alt.Tooltip("of:N", title="windows")],
+        tooltip=tooltips("model:N", "cell:N", "copies:N", "datasets:N", "measure:N", alt.Tooltip("rate:Q", title="rate, %", format=".1f"),
+                         alt.Tooltip("of:N", title="windows")),
     ).add_params(measures).properties(width=300, height=240)
     return alt.layer(chart, data=alt.Data(values=points)).facet(column=alt.Column("model:N", title=None, header=PANEL_HEADER)).properties(
         title="Extraction against the number of copies in the training data").to_dict(validate=False)

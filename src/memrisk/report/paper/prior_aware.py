@@ -15,6 +15,7 @@ import altair as alt
 import numpy as np
 
 from memrisk import rules
+from memrisk.report.charts import tooltips
 from memrisk.report.paper.base import PANEL_HEADER, PaperFigure, Rows, Spec, legend_toggle, series_names, short_model
 from memrisk.report.study_data import StudyCell, StudyData
 
@@ -72,12 +73,12 @@ def models_figure(rows: Rows) -> Spec:
     counts = alt.Chart(alt.Data(values=points)).mark_line(point=True).encode(
         x=model, y=alt.Y("sequences:Q", title="sequences", scale=alt.Scale(domainMin=0)), color=colour, opacity=opacity,
         strokeDash=alt.StrokeDash("test:N", title="test", scale=alt.Scale(domain=TESTS, range=[[1, 0], [5, 3]]),
-                                  legend=alt.Legend(labelLimit=320)), detail="test:N",
-        tooltip=["model:N", "cell:N", "dataset:N", "test:N", alt.Tooltip("of:N", title="sequences")],
+                                  legend=alt.Legend(labelLimit=320)), detail=alt.Detail("test:N"),
+        tooltip=tooltips("model:N", "cell:N", "dataset:N", "test:N", alt.Tooltip("of:N", title="sequences")),
     ).add_params(datasets).properties(width=max(260, 70 * len(cells)), height=260, title="(a) extractable and PA-memorized")
     share = alt.Chart(alt.Data(values=shares)).mark_line(point=True, strokeWidth=3).encode(
         x=model, y=alt.Y("share:Q", title="PA-memorized / extractable, %", scale=alt.Scale(domain=[0, 100])), color=colour,
-        opacity=opacity, tooltip=["model:N", "cell:N", "dataset:N", alt.Tooltip("share:Q", title="PA share, %", format=".1f"), "of:N"],
+        opacity=opacity, tooltip=tooltips("model:N", "cell:N", "dataset:N", alt.Tooltip("share:Q", title="PA share, %", format=".1f"), "of:N"),
     ).properties(width=max(260, 70 * len(cells)), height=260, title="(b) PA share")
     return alt.hconcat(counts, share).properties(title="Extractable against PA-memorized sequences per model").to_dict(validate=False)
 
@@ -124,7 +125,7 @@ def prefix_figure(rows: Rows) -> Spec:
         x=alt.X("length:Q", title=title, axis=alt.Axis(tickMinStep=1, format="d"), scale=alt.Scale(zero=False, padding=12)),
         y=alt.Y("sequences:Q", title="sequences", scale=alt.Scale(domainMin=0)), color=alt.Color("series:N", title="series"),
         opacity=alt.condition(series, alt.value(1.0), alt.value(0.1)),
-        tooltip=["series:N", "cell:N", alt.Tooltip("length:Q", title=axis.replace("_", " ")), alt.Tooltip("of:N", title="sequences")],
+        tooltip=tooltips("series:N", "cell:N", alt.Tooltip("length:Q", title=axis.replace("_", " ")), alt.Tooltip("of:N", title="sequences")),
     ).add_params(series).properties(width=300, height=240)
     return chart.facet(column=alt.Column("panel:N", title=None, header=PANEL_HEADER)).properties(
         title="Extractable and PA-memorized sequences against the prefix length").to_dict(validate=False)
@@ -255,10 +256,10 @@ def compositions_figure(rows: Rows) -> Spec:
         x=alt.X("x:Q", title=AXES["x"], scale=alt.Scale(zero=False, padding=16)),
         y=alt.Y("y:Q", title=AXES["y"], scale=alt.Scale(zero=False, padding=16)))
     line = base.mark_line(color="#bbb", strokeWidth=0.8)
-    dots = base.mark_circle(size=60).encode(tooltip=[
-        "dataset:N", alt.Tooltip("label:N", title="(exact, near)"), "windows:Q", "models:Q", "baselines:Q",
-        alt.Tooltip("x:Q", title="counterfactual (log10)", format=".3f"), alt.Tooltip("y:Q", title="prior-aware (log10)", format=".3f")])
-    labels = base.mark_text(dx=6, dy=10, align="left", fontSize=9).encode(text="label:N")
+    dots = base.mark_circle(size=60).encode(tooltip=tooltips(
+                "dataset:N", alt.Tooltip("label:N", title="(exact, near)"), "windows:Q", "models:Q", "baselines:Q",
+                alt.Tooltip("x:Q", title="counterfactual (log10)", format=".3f"), alt.Tooltip("y:Q", title="prior-aware (log10)", format=".3f")))
+    labels = base.mark_text(dx=6, dy=10, align="left", fontSize=9).encode(text=alt.Text("label:N"))
     title = _correlation_title("means over models per (exact copies, near-duplicates)", x, y, len(rows) - len(kept))
     return alt.layer(line, dots, labels).properties(width=420, height=340, title=title).interactive().to_dict(validate=False)
 
@@ -275,8 +276,8 @@ def sequences_figure(rows: Rows) -> Spec:
         y=alt.Y("y:Q", title=AXES["y"], scale=alt.Scale(zero=False, padding=16)),
         color=alt.Color("exact:N", title="composition", sort=sorted({p["exact"] for p in points}, key=lambda e: int(e.split()[0]))),
         opacity=alt.condition(copies, alt.value(0.85), alt.value(0.08)),
-        tooltip=[alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "exact:N", alt.Tooltip("near:Q", title="near-duplicates"),
-                 alt.Tooltip("x:Q", title="counterfactual (log10)", format=".3f"), alt.Tooltip("y:Q", title="prior-aware (log10)", format=".3f")],
+        tooltip=tooltips(alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "exact:N", alt.Tooltip("near:Q", title="near-duplicates"),
+                         alt.Tooltip("x:Q", title="counterfactual (log10)", format=".3f"), alt.Tooltip("y:Q", title="prior-aware (log10)", format=".3f")),
     ).add_params(copies).interactive()
     title = _correlation_title("one point per sequence and composition", x, y, len(rows) - len(kept))
     return chart.properties(width=420, height=340, title=title).to_dict(validate=False)
