@@ -223,7 +223,7 @@ def prior_aware_chart(example_id: np.ndarray, dataset: np.ndarray, role: np.ndar
     if rows and m > 0:
         layers.append(alt.Chart(alt.Data(values=[{"y": math.log10(m), "what": f"P(s|p) = m = {m:g}"}])).mark_rule(
             strokeDash=[2, 3], color="grey").encode(y=alt.Y("y:Q"), tooltip=tooltips("what:N")))
-    return alt.layer(*layers).properties(width=460, height=380, title=title).to_dict(validate=False)
+    return alt.layer(*layers, width=460, height=380, title=title).to_dict(validate=False)
 
 
 def np_curves_chart(panels: dict[str, dict[str, Any]], policy: str, title: str) -> dict[str, Any]:
@@ -270,7 +270,7 @@ def ccdf_chart(curves: dict[str, tuple[np.ndarray, np.ndarray]], label: str, tit
     ).add_params(series).interactive()
     rules = alt.Chart(alt.Data(values=[{"gain": point} for point in CCDF_POINTS])).mark_rule(strokeDash=[2, 3], color="grey").encode(
         x=alt.X("gain:Q"))
-    return alt.layer(rules, lines).properties(width=460, height=320, title=title).to_dict(validate=False)
+    return alt.layer(rules, lines, width=460, height=320, title=title).to_dict(validate=False)
 
 
 HEATMAP_CELLS = 2000
@@ -305,7 +305,7 @@ def book_heatmap_chart(heatmaps: list[BookHeatmap], example_id: np.ndarray, tau:
         tooltip=tooltips("document:N", "strip:N", alt.Tooltip("start:Q", title="from character"), alt.Tooltip("end:Q", title="to character"),
                          alt.Tooltip("p:Q", title="max probability", format=".3g"), alt.Tooltip("id:N", title="window")),
     ).transform_filter("datum.cell").interactive(bind_y=False)
-    layered = alt.layer(text, cells, data=alt.Data(values=rows)).properties(width=760, height=44)
+    layered = alt.layer(text, cells, data=alt.Data(values=rows), width=760, height=44)
     return layered.facet(row=alt.Row("document:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left"))).resolve_scale(
         x="independent").properties(title=title).to_dict(validate=False)
 
@@ -343,11 +343,11 @@ def shell_violin_chart(shares: np.ndarray, medians: list[float | None], title: s
             y=alt.Y("median:Q", scale=alt.Scale(domain=[0, 1]), axis=None),
             tooltip=[alt.Tooltip("shell:O", title="ε-shell"), alt.Tooltip("median:Q", title="median share", format=".1%"),
                      alt.Tooltip("windows:Q", title="extracted windows")])
-        return alt.layer(violin, median, median.mark_text(dx=22, dy=-8, fontSize=10).encode(text=alt.Text("label:N"))).properties(
-            width=70, height=260, title=f"shell {eps}")
+        return alt.layer(violin, median, median.mark_text(dx=22, dy=-8, fontSize=10).encode(text=alt.Text("label:N")),
+                         width=70, height=260, title=f"shell {eps}")
 
     columns = [column(eps) for eps in range(shares.shape[1])]
-    return alt.hconcat(*columns, spacing=4).properties(title=title).to_dict(validate=False)
+    return alt.hconcat(*columns, spacing=4, title=title).to_dict(validate=False)
 
 
 def nv_recall_chart(bars: list[RecallBar], title: str) -> dict[str, Any]:
@@ -379,7 +379,7 @@ def book_strips_chart(strips: list[Strip], title: str) -> dict[str, Any]:
     blocks = base.mark_rect(color=COLOURS["red"]).transform_filter("datum.block").encode(
         tooltip=tooltips("book:N", alt.Tooltip("start:Q", title="from word"), alt.Tooltip("end:Q", title="to word"),
                          alt.Tooltip("words:Q", title="words in the block")))
-    return alt.layer(book, blocks).properties(width=760, title=title).interactive(bind_y=False).to_dict(validate=False)
+    return alt.layer(book, blocks, width=760, title=title).interactive(bind_y=False).to_dict(validate=False)
 
 
 def merge_stages_chart(stages: list[dict[str, Any]], title: str) -> dict[str, Any]:
@@ -435,4 +435,4 @@ def roc_chart(series: list[dict[str, Any]], non_members: int, title: str) -> dic
     ).add_params(scores)
     diagonal = alt.Chart(alt.Data(values=chance)).mark_line(strokeDash=[2, 3], color="#888").encode(
         x=x, y=y, tooltip=tooltips("what:N"))
-    return alt.layer(diagonal, lines).properties(width=520, height=400, title=title).interactive().to_dict(validate=False)
+    return alt.layer(diagonal, lines, width=520, height=400, title=title).interactive().to_dict(validate=False)

@@ -86,7 +86,7 @@ def word_count_figure(rows: Rows) -> Spec:
     ).add_params(kinds)
     book = alt.Chart().mark_rule(strokeDash=[2, 3], color="grey").encode(y=alt.Y("book_words:Q"), tooltip=[alt.Tooltip("book_words:Q", title="|B|")])
     books = list(dict.fromkeys(r["book"] for r in rows))
-    return alt.layer(bar, book, data=alt.Data(values=bars)).properties(width=alt.Step(18), height=220).facet(
+    return alt.layer(bar, book, data=alt.Data(values=bars), width=alt.Step(18), height=220).facet(
         column=alt.Column("book:N", title=None, header=PANEL_HEADER, sort=books)).resolve_scale(x="independent").properties(
         title="Words matched (m), missing and additional per model and book; dotted |B|; † Phase 1 failed").to_dict(validate=False)
 
@@ -164,8 +164,8 @@ def best_figure(rows: Rows) -> Spec:
                          alt.Tooltip("std:Q", title="std", format=".3f"), alt.Tooltip("low:Q", title="mean − std", format=".3f"),
                          alt.Tooltip("high:Q", title="mean + std", format=".3f")),
     ).transform_filter("datum.std > 0")
-    return alt.layer(bar, error, data=alt.Data(values=bars)).properties(
-        width=max(200, 80 * len(rows)), height=240, title="Best setting's nv-recall against the mean ± std over settings").to_dict(validate=False)
+    return alt.layer(bar, error, data=alt.Data(values=bars), width=max(200, 80 * len(rows)), height=240,
+                     title="Best setting's nv-recall against the mean ± std over settings").to_dict(validate=False)
 
 
 def _bon_applies(study: StudyData) -> bool:
@@ -208,8 +208,8 @@ def bon_figure(rows: Rows) -> Spec:
     fitted = alt.Chart(alt.Data(values=fits)).mark_line(strokeDash=[5, 3]).encode(
         x=x, y=alt.Y("fit_rate:Q"), color=colour, opacity=opacity,
         tooltip=tooltips("series:N", alt.Tooltip("fit:N", title=FORM), "n:Q", alt.Tooltip("fit_rate:Q", title="fitted rate", format=".3f")))
-    return alt.layer(measured, fitted).properties(
-        width=420, height=260, title=f"Phase 1 success within N attempts; dashed: the fit {FORM}").interactive().to_dict(validate=False)
+    return alt.layer(measured, fitted, width=420, height=260,
+                     title=f"Phase 1 success within N attempts; dashed: the fit {FORM}").interactive().to_dict(validate=False)
 
 
 def _books(study: StudyData) -> bool:

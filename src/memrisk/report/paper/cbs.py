@@ -86,8 +86,11 @@ PADDING = {"left": 5, "top": 5, "bottom": 5, "right": 24}
 
 
 def _spec(chart: alt.TopLevelMixin) -> Spec:
-    """A figure's chart as the Vega-Lite spec the page draws and vl-convert renders."""
-    return chart.properties(padding=PADDING).to_dict(validate=False)
+    """A figure's chart as the Vega-Lite spec the page draws and vl-convert renders. The padding is set on the chart
+    itself: `properties` would copy it, and the copy of a layered or concatenated chart combines its panels' parameters
+    again."""
+    chart.padding = PADDING
+    return chart.to_dict(validate=False)
 
 
 def _zoom(view: str, encodings: tuple[str, ...] = ("x", "y")) -> alt.Parameter:
@@ -121,7 +124,7 @@ def _distribution(points: Rows, field: str, title: str, percent: bool, values: l
     ticks = median.mark_tick(color="black", thickness=2, size=30, clip=True).encode(
         x=x, y=at, tooltip=[alt.Tooltip("series:N", title="model"), alt.Tooltip("median:Q", title=f"median {title}", format=shown)])
     text = median.mark_text(dy=-9, fontSize=10).encode(x=x, y=at, text=alt.Text("text:N"))
-    return alt.layer(boxes, dots, ticks, text).properties(width=max(160, 130 * len(series)), height=260)
+    return alt.layer(boxes, dots, ticks, text, width=max(160, 130 * len(series)), height=260)
 
 
 def _beam_sweep_applies(study: StudyData) -> bool:
@@ -202,8 +205,8 @@ def beam_sweep_figure(rows: Rows) -> Spec:
         tooltip=tooltips("model:N", "prune:N", "beam_width:Q", alt.Tooltip("seconds:Q", format=".1f")),
     ).add_params(_zoom("beam_time"))
     panels = zip((rate, mass, time), ("Fig. 23: extraction rate", "Fig. 24: extraction mass", "Fig. 25: wall time"))
-    return _spec(alt.hconcat(*(chart.properties(width=240, height=220, title=title) for chart, title in panels)).properties(
-        title="Near-verbatim extraction against beam width (target datasets pooled)"))
+    return _spec(alt.hconcat(*(chart.properties(width=240, height=220, title=title) for chart, title in panels),
+                             title="Near-verbatim extraction against beam width (target datasets pooled)"))
 
 
 def _mc_applies(study: StudyData) -> bool:
@@ -308,14 +311,15 @@ def _convergence_panel(points: Rows, view: str) -> alt.LayerChart:
             x=x, y=alt.Y("cbs_lower:Q", scale=symlog),
             tooltip=tooltips(alt.Tooltip("id:N", title="window"), "dataset:N", "cell:N", "what:N",
                              alt.Tooltip("cbs_lower:Q", title="LB_ε", format=".3g"))))
-    return alt.layer(*layers).properties(width=320, height=220, title=f"{first['label']}, {first['dataset']}: window {first['example_id']}")
+    return alt.layer(*layers, width=320, height=220,
+                     title=f"{first['label']}, {first['dataset']}: window {first['example_id']}")
 
 
 def mc_convergence_figure(rows: Rows) -> Spec:
     """One panel per cell and dataset: Monte Carlo convergence with CBS's certified lower bound (CBS Figs. 2 and 5)."""
     panels = [_convergence_panel(points, f"mc_{i}") for i, points in enumerate(_groups(rows, "cell", "dataset").values())]
-    return _spec(alt.concat(*panels, columns=2).properties(
-        title="Monte Carlo estimate and its 95% interval against M; CBS's lower bound (diamond: at CBS's cost in samples)"))
+    return _spec(alt.concat(*panels, columns=2, title="Monte Carlo estimate and its 95% interval against M; CBS's lower bound "
+                                                      "(diamond: at CBS's cost in samples)"))
 
 
 def mc_detection_rows(study: StudyData) -> Rows:
@@ -392,7 +396,7 @@ def verbatim_share_figure(rows: Rows) -> Spec:
     masses = [alt.Tooltip("verbatim_mass:Q", title="LB_0", format=".3g"), alt.Tooltip("lower:Q", title="LB_E", format=".3g")]
     panels = [_distribution(points, "verbatim_share", "verbatim share LB_0 / LB_E (%)", True, masses, f"share_{dataset}").properties(
         title=f"{dataset}: extracted windows (LB_E ≥ τ_min)") for (dataset,), points in _groups(rows, "dataset").items()]
-    return _spec(alt.concat(*panels, columns=3).properties(title="Verbatim share of the near-verbatim mass, per model"))
+    return _spec(alt.concat(*panels, columns=3, title="Verbatim share of the near-verbatim mass, per model"))
 
 
 def _masses(cell: StudyCell, dataset: str) -> dict[str, float]:
@@ -444,7 +448,7 @@ def common_set_figure(rows: Rows) -> Spec:
         ).properties(width=max(160, 90 * len(labels)), height=260, title=f"{dataset}: extracted by every model vs by some")
         bars = bars if panels else bars.add_params(sets)
         panels.append(alt.hconcat(mass.properties(title=f"{dataset}: the fixed set"), bars).resolve_scale(xOffset="independent"))
-    return _spec(alt.vconcat(*panels).properties(title="The windows every model extracts, and each model's extracted set"))
+    return _spec(alt.vconcat(*panels, title="The windows every model extracts, and each model's extracted set"))
 
 
 def _heatmaps_apply(study: StudyData) -> bool:
@@ -614,14 +618,14 @@ def _pruning_matrix(points: Rows) -> alt.LayerChart:
         x=x, y=y, tooltip=tooltip)
     text = base.mark_text(fontSize=11).encode(
         x=x, y=y, text=alt.Text("shown:N"), color=alt.condition("datum.strong", alt.value("white"), alt.value("#222")), tooltip=tooltip)
-    return alt.layer(counted, missing, text).properties(width=60 * len({r["threshold"] for r in points}), height=28 * len(runs))
+    return alt.layer(counted, missing, text, width=60 * len({r["threshold"] for r in points}), height=28 * len(runs))
 
 
 def pruning_figure(rows: Rows) -> Spec:
     """One matrix per setting, dataset and pruning distance: extractable windows per run and threshold (CBS Fig. 26)."""
     panels = [_pruning_matrix(points).properties(title=f"{setting}, {dataset}: {distance}-pruned runs")
               for (setting, dataset, distance), points in _groups(rows, "setting", "dataset", "distance").items()]
-    return _spec(alt.concat(*panels, columns=2).properties(title="Extractable windows of baseline and ε-pruned k-CBS"))
+    return _spec(alt.concat(*panels, columns=2, title="Extractable windows of baseline and ε-pruned k-CBS"))
 
 
 def _text_metrics_apply(study: StudyData) -> bool:

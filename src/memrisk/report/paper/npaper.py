@@ -161,7 +161,7 @@ def models_figure(rows: Rows) -> Spec:
     ).transform_filter(f"datum.series != '{GREEDY}'").add_params(models).interactive()
     greedy = alt.Chart().mark_line(strokeWidth=5, opacity=0.35, clip=True).encode(
         x=N_AXIS, y=RATE_AXIS, color=alt.Color("model:N"), tooltip=CURVE_TOOLTIP).transform_filter(f"datum.series == '{GREEDY}'")
-    return alt.layer(curves, greedy, data=alt.Data(values=points)).properties(width=360, height=260).facet(
+    return alt.layer(curves, greedy, data=alt.Data(values=points), width=360, height=260).facet(
         column=alt.Column("panel:N", title=None, header=PANEL_HEADER, sort=list(dict.fromkeys(p["panel"] for p in points))),
     ).properties(title="(n,p)-extraction rates per model; thick translucent lines: greedy").to_dict(validate=False)
 
@@ -236,9 +236,9 @@ def histogram_figure(rows: Rows) -> Spec:
         ).properties(width=200, height=140).facet(facet=alt.Facet("panel:N", title=None, header=PANEL_HEADER, sort=panels), columns=columns)
 
     return alt.vconcat(histogram("perplexity", "log10 perplexity of the suffix", None, "#4c78a8"),
-                       histogram("within", f"P(sampled within n = {HISTOGRAM_N})", [0.0, 1.0], "#54a24b")).properties(
-        title="Target suffixes per policy and model: perplexity, and the probability of sampling them within "
-              f"{HISTOGRAM_N} generations").to_dict(validate=False)
+                       histogram("within", f"P(sampled within n = {HISTOGRAM_N})", [0.0, 1.0], "#54a24b"),
+                       title="Target suffixes per policy and model: perplexity, and the probability of sampling them within "
+                             f"{HISTOGRAM_N} generations").to_dict(validate=False)
 
 
 def _mc_applies(study: StudyData) -> bool:
@@ -297,7 +297,7 @@ def sampling_figure(rows: Rows) -> Spec:
             opacity=alt.condition(budgets, alt.value(0.7), alt.value(0.05)),
             tooltip=tooltip + [alt.Tooltip("theoretical_p:Q", format=".4f"), alt.Tooltip("empirical_p:Q", format=".4f")],
         ).add_params(budgets, alt.selection_interval(bind="scales", name=f"zoom_{x}"))
-        return alt.layer(diagonal, dots).properties(width=260, height=260, title=title)
+        return alt.layer(diagonal, dots, width=260, height=260, title=title)
 
     return alt.hconcat(
         scatter("p_z", "mc_estimate", "p_z (teacher forcing)", "Monte Carlo estimate of p_z, N samples",
@@ -328,7 +328,7 @@ def _error_panel(rows: Rows) -> alt.LayerChart:
         tooltip=tooltips("series:N", "budget:Q", alt.Tooltip("error:Q", format=".4f"), alt.Tooltip("covers:N", title="Wilson 95% covers p_z")),
     ).add_params(series)
     labels = base.mark_text(dx=6, dy=-8, fontSize=9).encode(text=alt.Text("coverage:Q", format=".0%"))
-    return alt.layer(lines, labels).properties(width=260, height=260, title="convergence (labels: Wilson 95% covers p_z)")
+    return alt.layer(lines, labels, width=260, height=260, title="convergence (labels: Wilson 95% covers p_z)")
 
 
 def duplicate_counts(study: StudyData) -> set[int]:

@@ -80,7 +80,7 @@ def models_figure(rows: Rows) -> Spec:
         x=model, y=alt.Y("share:Q", title="PA-memorized / extractable, %", scale=alt.Scale(domain=[0, 100])), color=colour,
         opacity=opacity, tooltip=tooltips("model:N", "cell:N", "dataset:N", alt.Tooltip("share:Q", title="PA share, %", format=".1f"), "of:N"),
     ).properties(width=max(260, 70 * len(cells)), height=260, title="(b) PA share")
-    return alt.hconcat(counts, share).properties(title="Extractable against PA-memorized sequences per model").to_dict(validate=False)
+    return alt.hconcat(counts, share, title="Extractable against PA-memorized sequences per model").to_dict(validate=False)
 
 
 def _size(rows: Rows, cell: str) -> str:
@@ -261,7 +261,7 @@ def compositions_figure(rows: Rows) -> Spec:
                 alt.Tooltip("x:Q", title="counterfactual (log10)", format=".3f"), alt.Tooltip("y:Q", title="prior-aware (log10)", format=".3f")))
     labels = base.mark_text(dx=6, dy=10, align="left", fontSize=9).encode(text=alt.Text("label:N"))
     title = _correlation_title("means over models per (exact copies, near-duplicates)", x, y, len(rows) - len(kept))
-    return alt.layer(line, dots, labels).properties(width=420, height=340, title=title).interactive().to_dict(validate=False)
+    return alt.layer(line, dots, labels, width=420, height=340, title=title).interactive().to_dict(validate=False)
 
 
 def sequences_figure(rows: Rows) -> Spec:
