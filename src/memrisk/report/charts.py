@@ -6,9 +6,10 @@ PNG and SVG written to figures/ for papers.
 Every spec here and in `memrisk.report.paper` is made with `to_dict(validate=False)`, and while a report is written
 with Altair's debug mode off (`unchecked`): Altair's schema check walks every data row (41 s of a 10,000-window run's
 report went to it), and in debug mode it checks each object again as it is made; vl-convert compiles each spec into
-its PNG and SVG, which rejects a bad one all the same. Where a chart is built many times over (CBS Fig. 22's panels),
-its channels are passed as Altair's channel objects: Altair wraps a shorthand string or dict by rebuilding its table
-of every schema class, several milliseconds each time.
+its PNG and SVG, which rejects a bad one all the same. Channels are passed as Altair's channel objects (`tooltips` for
+a tooltip list): Altair wraps a shorthand string or dict by rebuilding its table of every schema class, several
+milliseconds each time. A layered or concatenated chart takes its size and title when it is made: `properties()`
+copies a chart, and the copy of a layer or concat combines its panels' parameters again.
 """
 
 from __future__ import annotations
