@@ -118,7 +118,7 @@ def test_the_cache_keeps_one_index_per_tokenizer(word_model, cache):
 def test_an_index_of_other_documents_is_refused(word_model, tmp_path):
     folder = tmp_path / "index"
     open_corpus_index(word_model, CORPUS, folder, progress=False)
-    with pytest.raises(MemriskError, match=f"built from other documents .* than the corpus names .*; remove it or name another index_dir"):
+    with pytest.raises(MemriskError, match="built from other documents .* than the corpus names .*; remove it or name another index_dir"):
         open_corpus_index(word_model, CORPUS[:2], folder, progress=False)
     assert open_corpus_index(word_model, None, folder, progress=False).documents == 4
 
