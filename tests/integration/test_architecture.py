@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +26,10 @@ SOURCE = Path(memrisk.__file__).parent
 
 def test_the_layer_contract_is_kept() -> None:
     """`lint-imports` reads the layers from pyproject.toml; no module imports a layer above its own."""
-    if shutil.which("lint-imports") is None:
+    lint_imports = Path(sysconfig.get_path("scripts")) / "lint-imports"
+    if not lint_imports.exists():
         pytest.skip("import-linter is not installed (pip install -e '.[test]')")
-    done = subprocess.run(["lint-imports"], cwd=SOURCE.parent.parent, capture_output=True, text=True)
+    done = subprocess.run([lint_imports], cwd=SOURCE.parent.parent, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 kept, 0 broken" in done.stdout
 
