@@ -186,12 +186,17 @@ class Breakdown:
 
 
 def machine() -> str:
-    """One line describing this machine and the torch threads used."""
+    """One line describing this machine: its CPU, the vector instructions torch's kernels use there and whether it has
+    AMX (one cloud model name covers hosts with and without it, and AMX decides how fast bfloat16 multiplies), its
+    GPU, and the torch threads used."""
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        lines = cpuinfo.read_text().splitlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
         cpu = f"{names[0]} x {len(names)}" if names else cpu
+        cpu += f" ({torch.backends.cpu.get_cpu_capability()}, {'with' if 'amx_tile' in flags else 'no'} AMX)"
     gpu = f"; {torch.cuda.get_device_name()}" if torch.cuda.is_initialized() else ""
     return f"{cpu}{gpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
 
