@@ -269,7 +269,6 @@ def main() -> None:
         every_peak[library].append(peak)
         return peak
 
-
     def beside_peaks(run: Callable[[], Any], flops: Callable[[Any], float], library: str) -> tuple[Any, float, float, int]:
         """`run` PEAK_ROUNDS times between measurements of `library`'s matmul peak: the result, the seconds and the
         reference (the mean of the two peaks beside it) of the run with the largest share of its reference, and the
