@@ -141,3 +141,93 @@ def test_a_packed_copy_whose_products_differ_is_not_used(monkeypatch: pytest.Mon
     linears.install(layer, "onednn")
     hidden = torch.randn(8, 32, generator=torch.Generator().manual_seed(2))
     assert torch.equal(layer(hidden), linears.onednn_product(hidden, layer.weight))
+
+
+mkl_only = pytest.mark.skipif(not linears.mkl_packs_available(), reason="this torch build has no MKL packed products")
+
+
+def packed_products(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Fresh `MklPacks` for one test, and the row counts of the packed products it runs."""
+    monkeypatch.setattr(linears, "MKL_PACKS", linears.MklPacks())
+    ran: list[int] = []
+    product = linears.mkl_product
+    monkeypatch.setattr(linears, "mkl_product", lambda hidden, packed, weight, bias, rows: ran.append(rows)
+                        or product(hidden, packed, weight, bias, rows))
+    return ran
+
+
+@mkl_only
+def test_blas_layers_take_packed_weights_once_rows_repeat_and_keep_their_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SmolLM2's widths at a search's row counts: every product equals the plain weight's, bit for bit (same threads,
+    same rows); a weight is packed at its `MKL_PACK_AFTER`-th product at one row count, used where its bits agree, and
+    kept while other row counts come and go."""
+    ran = packed_products(monkeypatch)
+    generator = torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(576, 576, bias=False).requires_grad_(False)
+    layer.weight.normal_(0, 0.05, generator=generator)
+
+    def product(rows: int) -> None:
+        hidden = torch.randn(rows, 1, 576, generator=generator)
+        assert torch.equal(linears.packed_linear(layer, hidden), torch.nn.functional.linear(hidden, layer.weight)), rows
+
+    with torch.inference_mode():
+        for _ in range(linears.MKL_PACK_AFTER - 1):
+            product(160)
+        assert not linears.MKL_PACKS.holds(layer.weight)
+        product(160)
+        assert linears.MKL_PACKS.holds(layer.weight) and linears.MKL_PACKS.bytes() == 576 * 576 * 4
+        agrees = ran == [160] * 2  # the agreement probe, then the product itself
+        for rows in (161, 160, 161, 160):
+            product(rows)
+        assert ran == ([160] * 4 if agrees else [])  # the probe at 161 rows never ran: no copy was packed for them
+        for _ in range(linears.MKL_PACK_AFTER):
+            product(161)
+        assert linears.MKL_PACKS.bytes() == 576 * 576 * 4  # one copy per weight, now packed for 161 rows
+        product(3)
+        layer.weight.mul_(2)
+        for _ in range(linears.MKL_PACK_AFTER + 1):
+            product(161)
+
+
+@mkl_only
+def test_a_packed_product_that_differs_is_not_used_and_the_memory_cap_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = packed_products(monkeypatch)
+    product = linears.mkl_product
+    monkeypatch.setattr(linears, "mkl_product", lambda *args: product(*args) + 1)
+    layer = torch.nn.Linear(64, 96).requires_grad_(False)
+    hidden = torch.randn(20, 64, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        for _ in range(2 * linears.MKL_PACK_AFTER):
+            assert torch.equal(linears.packed_linear(layer, hidden), torch.nn.functional.linear(hidden, layer.weight, layer.bias))
+    assert linears.MKL_PACKS.holds(layer.weight) and ran == [20]  # packed, probed once, never used
+    monkeypatch.setattr(linears, "MKL_PACKS", linears.MklPacks())
+    monkeypatch.setattr(linears, "MKL_PACK_BYTES", 96 * 64 * 4 - 1)
+    with torch.inference_mode():
+        for _ in range(2 * linears.MKL_PACK_AFTER):
+            linears.packed_linear(layer, hidden)
+    assert not linears.MKL_PACKS.holds(layer.weight) and linears.MKL_PACKS.bytes() == 0
+
+
+@mkl_only
+def test_forwards_run_packed_give_the_plain_logits_and_restore_the_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Llama's teacher-forced logits after its layers are packed are the unpacked run's, bit for bit; the model keeps
+    its own forwards, and batch sizing holds back what the packs may still take."""
+    ran = packed_products(monkeypatch)
+    model = tiny_llama()
+    lm = memrisk.load_model(model)
+    layers = linears.packable_layers(model)
+    assert len(layers) == 2 * 7 and model.get_output_embeddings() not in layers
+    from memrisk.models import memory
+
+    assert memory.pack_reserve(lm) == sum(layer.weight.numel() * 4 for layer in layers)
+    monkeypatch.setattr(linears, "mkl_packs_available", lambda: False)
+    plain = lm.suffix_logits(PREFIXES, SUFFIXES)
+    monkeypatch.undo()
+    ran = packed_products(monkeypatch)
+    for _ in range(linears.MKL_PACK_AFTER + 1):
+        assert torch.equal(lm.suffix_logits(PREFIXES, SUFFIXES), plain)
+    assert all(linears.MKL_PACKS.holds(layer.weight) for layer in layers) and memory.pack_reserve(lm) == 0
+    assert not any("forward" in vars(m) for m in model.modules())
+    agrees = {shape: agree for (_, shape, _, _), agree in linears.MKL_PACKS._agrees.items()}
+    probes, packed = sum(agrees.values()), sum(agrees[tuple(layer.weight.shape)] for layer in layers)
+    assert len(ran) == probes + 2 * packed  # each agreeing shape probed once; the last two forwards ran packed
