@@ -2,27 +2,24 @@
 
     python benchmarks/table.py [--windows 8] [--threads N] [--matmul blas|onednn|both] [--device cpu|cuda]
 
-References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it; its weight blocked
-for oneDNN and packed by MKL for BLAS, as the model's layers' are) with each CPU matmul library (`model.matmul`:
-torch's BLAS, and oneDNN), measured beside each figure set against it (before and after the bare forward's rounds, and
-between the runs of CBS and of Monte Carlo; a figure whose peaks beside it stray more than `PEAK_DRIFT` from the run's
-median peak also gets its share of that median), the model's bare forward pass with that library, transformers'
-`generate(num_beams=B)` as transformers runs it (BLAS; for oneDNN also with oneDNN's layers installed, as `generate`
-runs on a model loaded with `matmul="onednn"`; timed alternately with k-CBS, so that a ratio's two terms share the
-machine's state), and Python's difflib. CBS and k-CBS run as memrisk runs them by default, in one pool, and are timed
-again with `shares: auto` (`models/shares.py`). The model is SmolLM2-135M-Instruct; the windows are 50 + 50 tokens of
-standard-library docstrings. For CBS and Monte Carlo each window's prefix is a 25-token passage written twice and its
-suffix the same passage twice more, so the model continues the repetition and the search keeps full beams within ε = 5
-(rows = windows × B, the printed rows per step); text the model cannot continue prunes the beams to a few rows, and a
-decode step of few rows is bound by reading the weights, not by arithmetic. FLOPs are 2 × parameters per token
-evaluation (CBS paper App. C.3), also where BLAS's screened head (`linears.ScreenedHead`, for a top-k policy)
-multiplies only a few percent of the head's columns exactly. Memory: the run's peak resident memory above what was
-resident before it (Linux VmHWM, reset per figure, after the C allocator hands back the free memory it keeps,
-`models/allocator.py`) plus the weights and their blocked or packed copies (`linears.PackedWeights` for oneDNN,
-`linears.MklPacks` for BLAS; made in warm-up forwards before any figure), next to weights + KV cache + logits of its
-rows and to the bytes `batch_size: auto` budgets for them (`memory.sequence_bytes`). Where a search's time goes is
-printed under it, from one more run with timers around its parts (they cost time of their own), its linear layers'
-products timed apart: for k-CBS, those products alone against `generate` are the floor of its ratio at that library's
+References: the machine's float32 matmul peak (a 1024² matmul, as `device_peak_flops` measures it; oneDNN's with its
+weight blocked, as the model's layers' are) with each CPU matmul library (`model.matmul`: torch's BLAS, and oneDNN),
+measured beside each figure set against it (before and after the bare forward's rounds, and between the runs of CBS and
+of Monte Carlo; a figure whose peaks beside it stray more than `PEAK_DRIFT` from the run's median peak also gets its
+share of that median), the model's bare forward pass with that library,
+transformers' `generate(num_beams=B)` as transformers runs it (BLAS; for oneDNN also with oneDNN's layers installed, as
+`generate` runs on a model loaded with `matmul="onednn"`; timed alternately with k-CBS, so that a ratio's two terms
+share the machine's state), and Python's difflib. CBS and k-CBS run as memrisk runs them by default, in one pool, and
+are timed again with `shares: auto` (`models/shares.py`). The model is
+SmolLM2-135M-Instruct; the windows are 50 + 50 tokens of standard-library docstrings. For CBS and Monte Carlo each window's prefix is a 25-token
+passage written twice and its suffix the same passage twice more, so the model continues the repetition and the search
+keeps full beams within ε = 5 (rows = windows × B, the printed rows per step); text the model cannot continue prunes
+the beams to a few rows, and a decode step of few rows is bound by reading the weights, not by arithmetic. FLOPs are
+2 × parameters per token evaluation (CBS paper App. C.3), also where BLAS's screened head (`linears.ScreenedHead`,
+for a top-k policy) multiplies only a few percent of the head's columns exactly. Memory: the run's peak resident memory above what was resident before it (Linux VmHWM, reset
+per figure, after the C allocator hands back the free memory it keeps, `models/allocator.py`) plus the weights (and, with oneDNN, their blocked copies, `linears.PackedWeights`), next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
+budgets for them (`memory.sequence_bytes`). Where a search's time goes is printed under it, from one more run with
+timers around its parts (they cost time of their own), its linear layers' products timed apart: for k-CBS, those products alone against `generate` are the floor of its ratio at that library's
 speed. Goals (issue 21) are printed beside each figure.
 
 On a GPU (`--device cuda`, memrisk's default where one is found) the model runs in bfloat16, the matmul library is
@@ -143,7 +140,6 @@ class Breakdown:
 
     PRODUCTS = {
         "BLAS layer": (torch.nn.Linear, "forward"),
-        "BLAS packed layer": (linears, "packed_linear"),
         "BLAS sliced head": (linears.SlicedHead, "forward"),
         "BLAS head columns": (linears, "column_logits"),
         "oneDNN layer": (linears, "onednn_product"),
@@ -252,7 +248,7 @@ def main() -> None:
     def memory_note(peak: int, rows: int, tokens: int, scored: int) -> str:
         direct = weights + rows * tokens * kv_per_token + rows * scored * shape.vocab_size * 4
         budget = rows * memory.sequence_bytes(**dataclasses.asdict(shape), sequence_length=tokens, scored_positions=scored)
-        held = peak + weights + linears.PACKED.bytes() + linears.MKL_PACKS.bytes()
+        held = peak + weights + linears.PACKED.bytes()
         return (f"peak {held / 2**20:,.0f} MiB = {held / direct:.2f}x weights+KV+logits "
                 f"({direct / 2**20:,.0f} MiB); auto budget {(budget + weights) / 2**20:,.0f} MiB")
 
@@ -315,8 +311,7 @@ def main() -> None:
         def forced() -> None:
             memrisk.verbatim_scores(lm, prefixes, suffixes, FOUR_POLICIES)
 
-        for _ in range(linears.MKL_PACK_AFTER):  # BLAS's layers packed (`linears.MklPacks`) before anything is measured
-            bare()
+        bare()
         forced()
         bares, scored = [], []
         before = peak_now(library)

@@ -3,8 +3,7 @@ every linear layer through oneDNN (the model's `matmul` setting).
 
 Part of the model backend.
 - "blas" (the default), applied around memrisk's own forwards only, so the model object stays as transformers made
-  it: each linear layer multiplies a weight MKL packed once (`MklPacks`) where that gives the plain product's bits; a
-  [rows, hidden] × [hidden, vocabulary] head product whose output is far larger than the cache runs below the
+  it: a [rows, hidden] × [hidden, vocabulary] head product whose output is far larger than the cache runs below the
   matmul peak in one call. SmolLM2's head (49,152 × 576) at 160 rows measured 160–170 GFLOP/s in one call and
   180–195 GFLOP/s in slices of 2,048 tokens, 1–1,000 rows alike (2 threads). Each logit is the same dot product in the
   same order either way, so the logits are the head's own, bit for bit.
@@ -340,155 +339,6 @@ class PackedWeights:
 PACKED = PackedWeights()
 
 
-MKL_PACK_MIN_ROWS = 4
-"""Fewest rows a product takes a packed MKL weight at: at 1–3 rows MKL multiplies a packed weight in another order than
-a plain one (measured on an Intel Xeon, SmolLM2's shapes), and a product so small gains nothing from it."""
-
-
-def mkl_packs_available() -> bool:
-    """Whether this torch build carries MKL's packed float32 products (`torch.ops.mkl._mkl_linear`)."""
-    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
-
-
-def mkl_pack(weight: torch.Tensor, rows: int) -> torch.Tensor:
-    """`weight` in MKL's packed layout for products of `rows` rows (an opaque tensor only `mkl_product` reads)."""
-    return torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
-
-
-def mkl_product(hidden: torch.Tensor, packed: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -> torch.Tensor:
-    """hidden · weightᵀ (+ bias) by MKL's packed product; `packed` is `mkl_pack(weight, rows)` and `hidden` has `rows`
-    rows (with any other count torch multiplies the plain weight)."""
-    return torch.ops.mkl._mkl_linear(hidden, packed, weight, bias, rows)
-
-
-MKL_PACK_AFTER = 8
-"""Products at one row count that a weight takes plain before it is packed for them (since its pack was last used): a
-pack costs about as much as 3–10 of its products save (0.08–0.43 ms for SmolLM2's weights), and a row count that keeps
-changing (the steps of a pruned search) is better left plain than packed again and again."""
-
-
-MKL_PACK_BYTES = 2 * 2**30
-"""Most memory all packed copies together may take: a model's packs cost as much as its linear layers' weights, so a
-model far larger than SmolLM2 (426 MB of them) packs only its first layers' weights, and a bigger one's memory stays its
-own."""
-
-
-class MklPacks:
-    """MKL's packed copies of the linear layers' weights, for BLAS's products in memrisk's own forwards (`running`).
-
-    BLAS packs a plain weight inside every product; MKL's packed product (`cblas_sgemm_compute`) reads a copy packed
-    once. SmolLM2's products at 160–168 rows took 8–13% less time (576 × 576: 402 µs against 444 µs; 1,536 × 576:
-    915 against 1,009; Intel Xeon, 2 threads). A copy is packed for one row count: each weight keeps one, for the rows
-    its products have had `MKL_PACK_AFTER` times since that copy was last used (a search's steps), and packs again
-    after the weight changes in place. A copy is used only where its product equals the plain weight's bit for bit,
-    checked once per shape, rows, bias and thread count: on that Xeon the 1,536-wide down projection at 64–168 rows
-    sums in another order packed, and stays plain. The copies cost memory the size of the weights."""
-
-    def __init__(self) -> None:
-        self._held: dict[int, tuple[weakref.ref[torch.Tensor], tuple[Any, ...], torch.Tensor]] = {}
-        self._misses: dict[int, dict[tuple[Any, ...], int]] = {}
-        self._agrees: dict[tuple[Any, ...], bool] = {}
-        self._lock = threading.Lock()
-
-    def bytes(self) -> int:
-        """Memory the packed copies take (the size of their weights)."""
-        with self._lock:
-            return self._held_bytes()
-
-    def _held_bytes(self) -> int:
-        return sum(weight.numel() * 4 for weight in (ref() for ref, _, _ in self._held.values()) if weight is not None)
-
-    def reserve(self, model: Any) -> int:
-        """Memory that packing `model`'s layers may still take (within `MKL_PACK_BYTES`), for batch sizing."""
-        unpacked = sum(layer.weight.numel() * 4 for layer in packable_layers(model) if not self.holds(layer.weight))
-        return max(0, min(unpacked, MKL_PACK_BYTES - self.bytes()))
-
-    def holds(self, weight: torch.Tensor) -> bool:
-        """Whether `weight` has a packed copy now."""
-        with self._lock:
-            held = self._held.get(id(weight))
-            return held is not None and held[0]() is weight
-
-    def product(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """hidden · weightᵀ (+ bias): through `weight`'s packed copy where it has one for these rows that gives the
-        plain product's bits, else by torch's own product."""
-        rows = hidden.numel() // hidden.shape[-1] if hidden.shape[-1] else 0
-        packed = self._packed(weight, rows) if rows >= MKL_PACK_MIN_ROWS and hidden.dtype == torch.float32 else None
-        if packed is None or not self._agree(weight, packed, bias, rows):
-            return torch.nn.functional.linear(hidden, weight, bias)
-        return mkl_product(hidden, packed, weight, bias, rows)
-
-    def _packed(self, weight: torch.Tensor, rows: int) -> torch.Tensor | None:
-        """`weight`'s copy packed for `rows` rows at this thread count, packed now if these rows have come
-        `MKL_PACK_AFTER` times since the copy it has was last used."""
-        key = id(weight)
-        state = (_identity(weight), rows, torch.get_num_threads())
-        with self._lock:
-            held = self._held.get(key)
-            if held is not None and held[0]() is weight and held[1] == state:
-                self._misses.pop(key, None)
-                return held[2]
-            misses = self._misses.setdefault(key, {})
-            misses[state] = misses.get(state, 0) + 1
-            replaced = held[0]().numel() * 4 if held is not None and held[0]() is not None else 0
-            if misses[state] < MKL_PACK_AFTER or self._held_bytes() - replaced + weight.numel() * 4 > MKL_PACK_BYTES:
-                return None
-            del self._misses[key]
-            self._held[key] = (weakref.ref(weight, lambda _: self._forget(key)), state, mkl_pack(weight, rows))
-            return self._held[key][2]
-
-    def _forget(self, key: int) -> None:
-        with self._lock:
-            self._held.pop(key, None)
-            self._misses.pop(key, None)
-
-    def _agree(self, weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, rows: int) -> bool:
-        """Whether the packed product equals the plain one on random rows (once per shape, rows, bias and threads)."""
-        key = (torch.get_num_threads(), tuple(weight.shape), rows, bias is not None)
-        if key not in self._agrees:
-            generator = torch.Generator().manual_seed(0)
-            probe = torch.randn(rows, weight.shape[1], generator=generator)
-            with torch.inference_mode():
-                self._agrees[key] = torch.equal(torch.nn.functional.linear(probe, weight, bias),
-                                                mkl_product(probe, packed, weight, bias, rows))
-        return self._agrees[key]
-
-
-MKL_PACKS = MklPacks()
-
-
-def packed_linear(linear: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
-    """`linear(hidden)` through MKL's packed weight where that gives the layer's own bits (`MKL_PACKS`)."""
-    weight = linear.weight
-    if (torch.is_grad_enabled() and (weight.requires_grad or hidden.requires_grad)) or not weight.is_contiguous():
-        return torch.nn.functional.linear(hidden, weight, linear.bias)
-    return MKL_PACKS.product(hidden, weight, linear.bias)
-
-
-def packable_layers(model: Any) -> list[torch.nn.Linear]:
-    """`model`'s float32 CPU `nn.Linear` layers with their own forward, but its output head (`SlicedHead`'s): those
-    `running` multiplies through `MKL_PACKS` (none where this torch has no MKL)."""
-    if not mkl_packs_available():
-        return []
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return [layer for layer in model.modules() if type(layer) is torch.nn.Linear and layer is not head
-            and "forward" not in vars(layer) and layer.weight.device.type == "cpu" and layer.weight.dtype == torch.float32]
-
-
-@contextmanager
-def _packed_layers(model: Any) -> Iterator[None]:
-    """Run `model`'s `packable_layers` through `packed_linear` for one forward, then give them back their own forward
-    (so `generate` on the model stays transformers' own)."""
-    layers = packable_layers(model)
-    for layer in layers:
-        object.__setattr__(layer, "forward", packed_linear.__get__(layer))
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del vars(layer)["forward"]
-
-
 def _onednn_linear(linear: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     """`linear(hidden)` by oneDNN's kernel (by the layer itself where gradients are needed)."""
     if torch.is_grad_enabled() and (linear.weight.requires_grad or hidden.requires_grad):
@@ -521,21 +371,17 @@ def install(model: Any, library: str) -> None:
 def running(
     model: Any, library: str, screen: HeadScreen | None = None, top: int | None = None
 ) -> Iterator[ScreenedHead | None]:
-    """Run one of memrisk's forwards of `model` with `library`'s per-forward kernels: for BLAS, the linear layers through
-    MKL's packed weights (`MKL_PACKS`) and the sliced output head, or its screened head where the reader needs only each
-    row's `top` largest logits (oneDNN's layers are already `install`ed), then restore the model's own layers and head. Yields the screened head where one runs (its `candidates` tell
+    """Run one of memrisk's forwards of `model` with `library`'s per-forward kernels: BLAS's sliced output head, or its
+    screened head where the reader needs only each row's `top` largest logits (oneDNN's layers are already
+    `install`ed), then restore the model's own head. Yields the screened head where one runs (its `candidates` tell
     the reader where to look), else None."""
-    if library != "blas":
+    if library != "blas" or not sliceable(model):
         yield None
         return
-    with _packed_layers(model):
-        if not sliceable(model):
-            yield None
-            return
-        head = model.get_output_embeddings()
-        screened = None if top is None or screen is None else ScreenedHead(head, screen, top)
-        model.set_output_embeddings(SlicedHead(head) if screened is None else screened)
-        try:
-            yield screened
-        finally:
-            model.set_output_embeddings(head)
+    head = model.get_output_embeddings()
+    screened = None if top is None or screen is None else ScreenedHead(head, screen, top)
+    model.set_output_embeddings(SlicedHead(head) if screened is None else screened)
+    try:
+        yield screened
+    finally:
+        model.set_output_embeddings(head)

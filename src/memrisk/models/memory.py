@@ -13,7 +13,7 @@ from typing import TypeVar
 import torch
 
 from memrisk.errors import MemriskError
-from memrisk.models import allocator, linears
+from memrisk.models import allocator
 from memrisk.models.backend import LanguageModel, ModelShape
 from memrisk.models.kvcache import SPARE_COLUMNS
 
@@ -119,13 +119,6 @@ def free_memory_bytes(device: torch.device) -> int:
     raise MemriskError(f"cannot measure free memory on a {device.type} device: set a fixed batch size")
 
 
-def pack_reserve(lm: LanguageModel) -> int:
-    """Memory that BLAS's packed weights may still take for `lm`'s forwards (`linears.MklPacks`), kept out of a batch."""
-    if lm.device.type != "cpu" or lm.matmul != "blas" or lm.compiled:
-        return 0
-    return linears.MKL_PACKS.reserve(lm.model)
-
-
 def auto_batch_size(
     lm: LanguageModel,
     sequence_length: int,
@@ -141,9 +134,8 @@ def auto_batch_size(
     `sequence_length` is the longest prefix + suffix in tokens; `scored_positions` the
     full-vocabulary logit rows each batch row has at once (the suffix length when teacher
     forcing, 1 when decoding); `rows_per_sequence` the batch rows of one sequence (CBS: the beam width).
-    Free memory is measured on `lm.device` (with a device map: where the first layers live), less what packed weights
-    may still take (`pack_reserve`), unless `free_bytes` is given. A batch that still does not fit is caught by
-    `halving_on_oom`.
+    Free memory is measured on `lm.device` (with a device map: where the first layers live) unless
+    `free_bytes` is given. A batch that still does not fit is caught by `halving_on_oom`.
     """
     if sequence_length < 1 or scored_positions < 0:
         raise MemriskError(
@@ -154,7 +146,7 @@ def auto_batch_size(
     if maximum < 1 or rows_per_sequence < 1:
         raise MemriskError(f"maximum and rows_per_sequence must be >= 1, got {maximum} and {rows_per_sequence}")
     if free_bytes is None:
-        free_bytes = max(0, free_memory_bytes(lm.device) - pack_reserve(lm))
+        free_bytes = free_memory_bytes(lm.device)
     elif free_bytes < 0:
         raise MemriskError(f"free_bytes must be >= 0, got {free_bytes}")
     per_sequence = rows_per_sequence * sequence_bytes(

@@ -25,8 +25,8 @@ def device_peak_flops(
     size: int = 1024, datasheet: bool = True,
 ) -> float:
     """Peak FLOP/s of `device`: the table for known GPUs (with `datasheet`), else a `size`² matmul in `dtype` measured
-    for `seconds` (on CPU with the `matmul` library the model's linear layers use, `linears`, its weight blocked or
-    packed as the layers' are: oneDNN's, and MKL's for BLAS where torch has it)."""
+    for `seconds` (on CPU with the `matmul` library the model's linear layers use, `linears`, oneDNN's with its weight
+    blocked as the layers' are)."""
     if device.type == "cuda" and datasheet:
         name = torch.cuda.get_device_name(device)
         for fragment, tflops in PEAK_TFLOPS.items():
@@ -35,19 +35,13 @@ def device_peak_flops(
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     onednn = matmul == "onednn" and device.type == "cpu"
-    mkl = matmul == "blas" and device.type == "cpu" and dtype == torch.float32 and linears.mkl_packs_available()
-    packed = linears.pack(b) if onednn else linears.mkl_pack(b, size) if mkl else b
+    packed = linears.pack(b) if onednn else b
     if device.type == "cuda":  # the first product also starts cuBLAS: not part of the peak
         a @ b
         torch.cuda.synchronize(device)
     runs, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        if onednn:
-            linears.onednn_product(a, packed)
-        elif mkl:
-            linears.mkl_product(a, packed, b, None, size)
-        else:
-            a @ b
+        linears.onednn_product(a, packed) if onednn else a @ b
         runs += 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
