@@ -75,7 +75,7 @@ class _Drawings:
 
 
 _drawn = _Drawings(32 << 20)
-"""32 MiB: the largest chart's SVG and PNG together are about 0.9 MB."""
+"""32 MiB: the largest chart the figure catalogue draws, CBS Fig. 22 over 54 panels, is 0.6 MB of SVG and 8 MB of PNG."""
 
 
 def draw(spec: dict[str, Any], formats: Sequence[str]) -> dict[str, bytes]:
