@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import vl_convert
 
@@ -53,3 +54,12 @@ def test_the_least_recently_drawn_spec_is_dropped_past_the_byte_limit(monkeypatc
     kept = [spec for spec, _ in charts._drawn.files]
     assert kept == [json.dumps(spec, separators=(",", ":")) for spec in (specs[2], specs[0])]
     assert charts._drawn.size <= limit
+
+
+def test_threads_drawing_one_spec_keep_it_once(monkeypatch) -> None:
+    monkeypatch.setattr(charts, "_drawn", charts._Drawings(1 << 20))
+    with ThreadPoolExecutor(4) as pool:
+        drawn = list(pool.map(lambda _: charts.draw(SPEC, ["svg"]), range(4)))
+    (kept,) = charts._drawn.files.values()  # threads that drew it at once add it once
+    assert charts._drawn.size == len(kept["svg"])
+    assert all(files["svg"].startswith(b"<svg") for files in drawn)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -54,24 +55,30 @@ def tooltips(*fields: str | alt.Tooltip) -> list[alt.Tooltip]:
 
 
 class _Drawings:
-    """Files drawn in this process, by spec and formats, up to `limit` bytes (the least recently used dropped first)."""
+    """Files drawn in this process, by spec and formats, up to `limit` bytes (the least recently used dropped first);
+    reports written from several threads share it."""
 
     def __init__(self, limit: int) -> None:
         self.limit, self.size = limit, 0
         self.files: OrderedDict[tuple[str, tuple[str, ...]], dict[str, bytes]] = OrderedDict()
+        self.lock = threading.Lock()
 
     def get(self, key: tuple[str, tuple[str, ...]]) -> dict[str, bytes] | None:
-        if key in self.files:
+        with self.lock:
+            if key not in self.files:
+                return None
             self.files.move_to_end(key)
             return dict(self.files[key])
-        return None
 
     def put(self, key: tuple[str, tuple[str, ...]], files: dict[str, bytes]) -> None:
-        self.files[key] = dict(files)
-        self.size += sum(map(len, files.values()))
-        while self.size > self.limit and len(self.files) > 1:
-            _, dropped = self.files.popitem(last=False)
-            self.size -= sum(map(len, dropped.values()))
+        with self.lock:
+            if key in self.files:
+                return
+            self.files[key] = dict(files)
+            self.size += sum(map(len, files.values()))
+            while self.size > self.limit and len(self.files) > 1:
+                _, dropped = self.files.popitem(last=False)
+                self.size -= sum(map(len, dropped.values()))
 
 
 _drawn = _Drawings(32 << 20)
