@@ -26,12 +26,13 @@ REAL = Path(__file__).parent / "real"
 RAY = str(Path(sys.executable).parent / "ray")
 
 
-SHARED = {"smollm2": "smollm2", "demo_model": "demo", "ray_cluster": "ray"}
+SHARED = {"smollm2": "smollm2", "demo_model": "demo", "ray_cluster": "ray", "launcher": "ray"}
 """Session fixtures that tests share on one pytest-xdist worker (`--dist loadgroup`, pyproject.toml's addopts): SmolLM2
-is loaded once per run, the demo model is trained by one process only (its cache is shared), and one Ray cluster runs
-at a time (`ray stop --force` stops every cluster on the machine, and test_ray.py counts every Ray worker on it)."""
+is loaded once per run, the demo model is trained by one process only (its cache is shared), one Ray cluster runs
+at a time (`ray stop --force` stops every cluster on the machine, and test_ray.py counts every Ray worker on it), and
+one fork server (`launcher`) imports memrisk once for the commands the Ray and kill tests start."""
 SHARED_MODULES = {"test_kill.py": "ray", "test_demo.py": "demo"}
-"""Modules kept whole in a group: test_kill.py's tests share its fork server and reference run with its Ray test, and
+"""Modules kept whole in a group: test_kill.py's tests share its reference run with its Ray test, and
 test_demo.py's `memrisk demo` trains the demo model into the same cache as `demo_model`."""
 
 
@@ -155,6 +156,16 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def launcher(tmp_path_factory):
+    """Starts `memrisk` commands forked from one server that imported memrisk once (tests/launcher.py)."""
+    from tests.launcher import Launcher
+
+    started = Launcher(tmp_path_factory.mktemp("launched"))
+    yield started
+    started.close()
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,10 @@ no temporary file or lock is left, the summary counts the records, and a books r
 again a request whose answer it had logged, nor logged more spending than its cap.
 
 Every run is a child of `tests/killpoint.py --serve`, forked into a session of its own after
-memrisk was imported once: a fresh interpreter spends ~5 s importing torch and transformers per
-kill on a small machine. MEMRISK_KILL_EXEC=1 starts every run as its own interpreter instead
-(`python tests/killpoint.py EVENT N -- ARGS`, the command each table row can be replayed with).
+memrisk was imported once (`tests/launcher.py`, the session's `launcher`): a fresh interpreter
+spends ~6 s importing torch and transformers per kill on a small machine. MEMRISK_KILL_EXEC=1
+starts every run as its own interpreter instead (`python tests/killpoint.py EVENT N -- ARGS`,
+the command each table row can be replayed with).
 The schedule comes from MEMRISK_KILL_SEED (a fresh seed when unset); each test prints it with
 a table of its kills and their outcomes, shown by pytest on failure or with -s.
 """
@@ -22,10 +23,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import select
 import signal
-import subprocess
-import sys
 import time
 import zlib
 from collections import Counter
@@ -43,11 +41,9 @@ from memrisk.books.session import messages_digest
 from tests.conftest import WORDS
 from tests.integration.test_ray import assert_close, assert_same_records
 from tests.integration.test_run import records, write_config
+from tests.launcher import Child, Launcher
 
-ROOT = Path(__file__).resolve().parents[2]
-KILLPOINT = Path(__file__).resolve().parents[1] / "killpoint.py"
 SEED = int(os.environ.get("MEMRISK_KILL_SEED") or random.SystemRandom().randrange(1_000_000))
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 LOCK = ".memrisk.lock"
 # Doc-mode windows (one per document; the report then draws no book heatmap) in shards of one;
 # one Ray worker, so a re-run's worker need not wait for the CPU of the killed run's worker.
@@ -59,102 +55,6 @@ EXPERIMENT = {
 
 
 # -- starting and killing runs ----------------------------------------------------------------
-
-
-@dataclass
-class Child:
-    """One started run: its process (group) id and the file holding its output."""
-
-    pid: int
-    output: Path
-    args: list[str]
-    event: str
-    n: int
-
-    def tail(self) -> str:
-        text = self.output.read_text(errors="replace") if self.output.exists() else ""
-        return f"$ python tests/killpoint.py {self.event} {self.n} -- {' '.join(self.args)}\n{text[-3000:]}"
-
-
-class Launcher:
-    """Starts `memrisk ARGS` under tests/killpoint.py, forked from its server or as a new interpreter."""
-
-    def __init__(self, logs: Path) -> None:
-        self.logs = logs
-        self.exec = os.environ.get("MEMRISK_KILL_EXEC") == "1"
-        self.env = {**os.environ, **RAY_ENV}
-        self.processes: dict[int, subprocess.Popen] = {}
-        self.started = 0
-        if not self.exec:
-            self.server = subprocess.Popen(
-                [sys.executable, str(KILLPOINT), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                env=self.env, cwd=ROOT,
-            )
-            assert "ready" in (self._answer(180) or {}), "the killpoint server did not start in 180 s"
-
-    def start(self, args: list[str], event: str = "none", n: int = 0, env: dict[str, str] | None = None) -> Child:
-        """Start a run that kills itself at the `n`th `event` ('none': never)."""
-        self.started += 1
-        output = self.logs / f"{self.started:03d}.log"
-        if self.exec:
-            with output.open("w") as handle:
-                process = subprocess.Popen(
-                    [sys.executable, str(KILLPOINT), event, str(n), "--", *args], stdout=handle, stderr=subprocess.STDOUT,
-                    env={**self.env, **(env or {})}, cwd=ROOT, start_new_session=True,
-                )
-            self.processes[process.pid] = process
-            return Child(process.pid, output, args, event, n)
-        self._send({"run": args, "event": event, "n": n, "output": str(output), "env": env or {}})
-        return Child(self._answer(30)["pid"], output, args, event, n)
-
-    def kill(self, child: Child) -> None:
-        """SIGKILL the run's process group (nothing when it has exited already)."""
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def wait(self, child: Child, timeout: float = 240) -> int:
-        """The run's exit status (minus the signal number when killed); a hung run is killed and fails the test."""
-        if self.exec:
-            process = self.processes.pop(child.pid)
-            try:
-                return process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill(child)
-                process.wait()
-                raise AssertionError(f"the run hung for {timeout} s:\n{child.tail()}") from None
-        self._send({"wait": child.pid})
-        answer = self._answer(timeout)
-        if answer is None:
-            self.kill(child)
-            self._answer(30)
-            raise AssertionError(f"the run hung for {timeout} s:\n{child.tail()}")
-        return answer["status"]
-
-    def close(self) -> None:
-        if not self.exec:
-            self.server.stdin.close()
-            self.server.wait(30)
-
-    def _send(self, request: dict[str, Any]) -> None:
-        self.server.stdin.write(json.dumps(request) + "\n")
-        self.server.stdin.flush()
-
-    def _answer(self, timeout: float) -> dict[str, Any] | None:
-        ready, _, _ = select.select([self.server.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.server.stdout.readline()
-        assert line, "the killpoint server died"
-        return json.loads(line)
-
-
-@pytest.fixture(scope="module")
-def launcher(tmp_path_factory) -> Launcher:
-    started = Launcher(tmp_path_factory.mktemp("kill-logs"))
-    yield started
-    started.close()
 
 
 @dataclass

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from tests import numerics
 from tests.conftest import TINY_HIDDEN, word_tokenizer
 from tests.numerics import reorder_tolerance
 from tests.integration.test_run import interrupted_run, records, write_config
+from tests.launcher import Child, Launcher
 
 pytestmark = pytest.mark.slow
 EXPERIMENT = {
@@ -79,30 +79,29 @@ def committed_shards(out: Path) -> int:
     return len(json.loads(manifest.read_text())["shards"]) if manifest.exists() else 0
 
 
-def start_ray_run(path: Path, out: Path, address: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "memrisk.cli", "run", str(path), "--out", str(out), "--ray", address]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+def start_ray_run(launcher: Launcher, path: Path, out: Path, address: str) -> Child:
+    """`memrisk run PATH --out OUT --ray ADDRESS` as its own process (a driver that can be killed)."""
+    return launcher.start(["run", str(path), "--out", str(out), "--ray", address])
 
 
-def wait_for_shards(process: subprocess.Popen, out: Path, count: int) -> None:
+def wait_for_shards(child: Child, out: Path, count: int) -> None:
     deadline = time.monotonic() + 180
     while committed_shards(out) < count:
-        assert process.poll() is None, process.stdout.read()
+        assert child.running(), child.tail()
         assert time.monotonic() < deadline, "the Ray run committed nothing in 180 s"
         time.sleep(0.02)
 
 
-def test_killed_worker_chunk_is_redone_and_records_equal_the_local_run(tmp_path, ray_cluster, experiment) -> None:
+def test_killed_worker_chunk_is_redone_and_records_equal_the_local_run(tmp_path, ray_cluster, launcher, experiment) -> None:
     path, local = experiment
     out = tmp_path / "ray"
-    process = start_ray_run(path, out, ray_cluster)
-    wait_for_shards(process, out, 2)
+    child = start_ray_run(launcher, path, out, ray_cluster)
+    wait_for_shards(child, out, 2)
     victims = worker_pids()
     assert len(victims) == 2
     os.kill(victims[0], signal.SIGKILL)
     shards_at_kill = committed_shards(out)
-    output, _ = process.communicate(timeout=300)
-    assert process.returncode == 0, output
+    assert launcher.wait(child, timeout=300) == 0, child.tail()
     assert shards_at_kill < math.ceil(len(local) / 2) == committed_shards(out)
     report = json.loads((out / RAY_RUN).read_text())
     assert report["replaced_workers"] >= 1 and sum(report["retried_chunks"].values()) >= 1
@@ -115,13 +114,15 @@ def test_killed_worker_chunk_is_redone_and_records_equal_the_local_run(tmp_path,
         assert_close(json.loads((out / name).read_text()), json.loads((local_folder / name).read_text()), name)
 
 
-def test_killed_driver_resumes_locally_and_a_local_run_resumes_on_ray(tmp_path, ray_cluster, experiment, monkeypatch) -> None:
+def test_killed_driver_resumes_locally_and_a_local_run_resumes_on_ray(
+    tmp_path, ray_cluster, launcher, experiment, monkeypatch,
+) -> None:
     path, local = experiment
     out = tmp_path / "driver-killed"
-    process = start_ray_run(path, out, ray_cluster)
-    wait_for_shards(process, out, 2)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    child = start_ray_run(launcher, path, out, ray_cluster)
+    wait_for_shards(child, out, 2)
+    launcher.kill(child)
+    assert launcher.wait(child) == -signal.SIGKILL
     partial = len(records(out))
     assert 0 < partial < len(local)
     run_experiment(load_config(path), out, progress=False)
@@ -157,12 +158,11 @@ def test_placement_settings_do_not_block_a_resume(tmp_path, model_dir) -> None:
     assert base.identity() == moved.identity()
 
 
-def test_bad_model_fails_with_one_error_and_writes_nothing(tmp_path, ray_cluster, model_dir) -> None:
+def test_bad_model_fails_with_one_error_and_writes_nothing(tmp_path, ray_cluster, launcher, model_dir) -> None:
     path = write_config(tmp_path, model_dir, model={"name": str(tmp_path / "no-such-model")}, ray={"workers": 1, "max_retries": 0})
-    command = [sys.executable, "-m", "memrisk.cli", "run", str(path), "--out", str(tmp_path / "out"), "--ray", ray_cluster]
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    assert finished.returncode == 2
-    assert f"memrisk: error: could not load model '{tmp_path / 'no-such-model'}'" in finished.stderr
+    child = start_ray_run(launcher, path, tmp_path / "out", ray_cluster)
+    assert launcher.wait(child, timeout=300) == 2, child.tail()
+    assert child.output.read_text().count(f"memrisk: error: could not load model '{tmp_path / 'no-such-model'}'") == 1
     assert not (tmp_path / "out").exists()
 
 
