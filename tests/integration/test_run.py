@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -112,20 +108,21 @@ def test_resume_after_crash_has_no_lost_or_duplicated_records(tmp_path, model_di
 
 
 @pytest.mark.slow
-def test_killed_process_resumes_with_the_same_command(tmp_path, model_dir) -> None:
+def test_killed_process_resumes_with_the_same_command(tmp_path, model_dir, launcher) -> None:
     path = write_config(tmp_path, model_dir, shard_size=1)
-    command = [sys.executable, "-m", "memrisk.cli", "run", str(path), "--out", str(tmp_path / "out")]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    command = ["run", str(path), "--out", str(tmp_path / "out")]
+    child = launcher.start(command)
     manifest = tmp_path / "out" / "manifest.json"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
+    while time.monotonic() < deadline and child.running():
         if manifest.exists() and len(json.loads(manifest.read_text())["shards"]) >= 3:
             break
         time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    launcher.kill(child)
+    launcher.wait(child)
     partial = len(records(tmp_path / "out"))
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    resumed = launcher.start(command)
+    assert launcher.wait(resumed) == 0, resumed.tail()
     clean = tmp_path / "clean"
     run_experiment(load_config(path), clean, progress=False)
     assert partial < len(records(clean))

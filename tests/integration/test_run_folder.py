@@ -71,7 +71,7 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, model_dir, capl
 
 
 @pytest.mark.slow
-def test_two_runs_on_one_folder_one_is_refused_and_the_records_stay_whole(tmp_path, model_dir) -> None:
+def test_two_runs_on_one_folder_one_is_refused_and_the_records_stay_whole(tmp_path, model_dir, launcher) -> None:
     """The second run starts, with another shard size, while the first has committed its first chunk and waits to score
     the next (held until the second has been refused)."""
     first_config = write_config(tmp_path, model_dir, shard_size=1)
@@ -85,13 +85,13 @@ def test_two_runs_on_one_folder_one_is_refused_and_the_records_stay_whole(tmp_pa
     while not (out / "manifest.json").exists() or not json.loads((out / "manifest.json").read_text())["shards"]:
         assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
         time.sleep(0.05)
-    second = subprocess.run([sys.executable, "-m", "memrisk.cli", "run", str(second_config), "--out", str(out)],
-                            capture_output=True, text=True, timeout=120, check=False)
+    second = launcher.start(["run", str(second_config), "--out", str(out)])
+    second_status = launcher.wait(second, timeout=120)
     assert first.poll() is None, "the first run finished before the second was refused"
     gate.touch()
     assert first.wait(timeout=120) == 0
-    assert second.returncode == 2, second.stderr
-    assert f"is being written by another memrisk process (pid {first.pid} on" in second.stderr
+    assert second_status == 2, second.tail()
+    assert f"is being written by another memrisk process (pid {first.pid} on" in second.output.read_text()
     clean = tmp_path / "clean"
     run_experiment(load_config(first_config), clean, progress=False)
     got = records(out)
