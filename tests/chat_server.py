@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import json
 import select
 import socket
@@ -268,6 +269,7 @@ def generate(lm: Any, prompt: list[int], max_tokens: int, stop: list[str], tempe
     device = lm.device
     tokens: list[int] = []
     text = ""
+    cache = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # as the backend names it
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
         for _ in range(max_tokens):
@@ -284,8 +286,7 @@ def generate(lm: Any, prompt: list[int], max_tokens: int, stop: list[str], tempe
             cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
             if cut >= 0:
                 return text[:cut], "stop", len(tokens)
-            out = model(input_ids=torch.tensor([[token]], device=device),
-                        past_key_values=out.past_key_values, use_cache=True)
+            out = model(input_ids=torch.tensor([[token]], device=device), use_cache=True, **{cache: out[cache]})
     return text, "length", len(tokens)
 
 

@@ -33,7 +33,7 @@ def test_the_converted_smollm2_holds_the_gguf_files_weights_vocabulary_and_templ
                          ("blk.29.attn_v.weight", layers[29].self_attn.v_proj.weight),
                          ("output_norm.weight", smollm2.model.model.norm.weight)]:  # F32
         tensor = tensors[name]
-        stored = torch.from_numpy(np.ascontiguousarray(dequantize(tensor.data, tensor.tensor_type))).reshape(weight.shape)
+        stored = torch.from_numpy(np.array(dequantize(tensor.data, tensor.tensor_type))).reshape(weight.shape)  # a writable copy
         assert torch.equal(weight.detach(), stored), name
     field = reader.fields["tokenizer.ggml.tokens"]
     vocabulary = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
