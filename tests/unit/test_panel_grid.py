@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import altair as alt
+import pytest
 import vl_convert
 
 from memrisk.report.charts import panel_grid
@@ -26,6 +27,8 @@ def normalised(svg: str) -> str:
     return re.sub(r"view_[0-9a-f_]+", "view", re.sub(r"clip\d+", "clip", svg))
 
 
+# Altair warns that it merged the panels' identical zoom parameters into one: the merge this test compares against.
+@pytest.mark.filterwarnings("ignore:Automatically deduplicated selection parameter:UserWarning")
 def test_the_grid_draws_what_altairs_concat_draws_with_one_zoom_over_every_panel() -> None:
     lines = [[panel(3 * i + j) for j in range(3)] for i in range(2)]
     top = {"title": "six panels", "resolve": {"scale": {"color": "shared"}}}
