@@ -77,8 +77,8 @@ class BFloat16Bound:
     def __call__(self, hidden: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """Per row of `hidden` and each of its bfloat16 `logits` [rows, n], the bound at that logit."""
         h, h16 = hidden.double(), hidden.bfloat16().double()
-        per_row = ((h - h16).norm(dim=1) * self.norm + h16.norm(dim=1) * self.rounding
-                   + 2 * self.gamma * h16.norm(dim=1) * self.rounded_norm)
+        rounded = h16.norm(dim=1)
+        per_row = (h - h16).norm(dim=1) * self.norm + rounded * (self.rounding + 2 * self.gamma * self.rounded_norm)
         return per_row[:, None] + 1.01 * BF16_UNIT * logits.abs()
 
 
