@@ -204,17 +204,21 @@ class Breakdown:
 
 
 def machine() -> str:
-    """One line describing this machine: its CPU, the vector instructions torch's kernels use there and whether it has
-    AMX (one cloud model name covers hosts with and without it, and AMX decides how fast bfloat16 multiplies), its
-    GPU, and the torch threads used."""
+    """One line describing this machine: its CPU with its family and model numbers, the vector instructions torch's
+    kernels use there and whether it has AMX, its GPU, and the torch threads used. One cloud model name ("AMD EPYC")
+    covers hosts whose float32 peaks differ twofold (family 25 with AVX-512, Zen 4, runs AVX-512 in 256-bit halves;
+    family 26, Zen 5, at full width), and AMX decides how fast bfloat16 multiplies."""
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         lines = cpuinfo.read_text().splitlines()
         names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
         flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+        numbers = {key: line.split(":", 1)[1].strip() for line in lines for key in ("cpu family", "model")
+                   if line.split(":", 1)[0].strip() == key}
+        family = f"family {numbers['cpu family']} model {numbers['model']}, " if len(numbers) == 2 else ""
         cpu = f"{names[0]} x {len(names)}" if names else cpu
-        cpu += f" ({torch.backends.cpu.get_cpu_capability()}, {'with' if 'amx_tile' in flags else 'no'} AMX)"
+        cpu += f" ({family}{torch.backends.cpu.get_cpu_capability()}, {'with' if 'amx_tile' in flags else 'no'} AMX)"
     gpu = f"; {torch.cuda.get_device_name()}" if torch.cuda.is_initialized() else ""
     return f"{cpu}{gpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
 
