@@ -212,13 +212,14 @@ def machine() -> str:
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         lines = cpuinfo.read_text().splitlines()
-        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-        flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
-        numbers = {key: line.split(":", 1)[1].strip() for line in lines for key in ("cpu family", "model")
-                   if line.split(":", 1)[0].strip() == key}
-        family = f"family {numbers['cpu family']} model {numbers['model']}, " if len(numbers) == 2 else ""
+        entries = [tuple(part.strip() for part in line.split(":", 1)) for line in lines if ":" in line]
+        first = dict(reversed(entries))  # each field as the first processor gives it
+        names = [value for key, value in entries if key == "model name"]
+        numbered = {"cpu family", "model"} <= first.keys()
+        family = f"family {first['cpu family']} model {first['model']}, " if numbered else ""
+        amx = "with" if "amx_tile" in first.get("flags", "").split() else "no"
         cpu = f"{names[0]} x {len(names)}" if names else cpu
-        cpu += f" ({family}{torch.backends.cpu.get_cpu_capability()}, {'with' if 'amx_tile' in flags else 'no'} AMX)"
+        cpu += f" ({family}{torch.backends.cpu.get_cpu_capability()}, {amx} AMX)"
     gpu = f"; {torch.cuda.get_device_name()}" if torch.cuda.is_initialized() else ""
     return f"{cpu}{gpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
 
