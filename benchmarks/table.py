@@ -20,7 +20,9 @@ for a top-k policy) multiplies only a few percent of the head's columns exactly.
 per figure, after the C allocator hands back the free memory it keeps, `models/allocator.py`) plus the weights (and, with oneDNN, their blocked copies, `linears.PackedWeights`), next to weights + KV cache + logits of its rows and to the bytes `batch_size: auto`
 budgets for them (`memory.sequence_bytes`). Where a search's time goes is printed under it, from one more run with
 timers around its parts (they cost time of their own), its linear layers' products timed apart: for k-CBS, those products alone against `generate` are the floor of its ratio at that library's
-speed. Goals (issue 21) are printed beside each figure.
+speed. `generate` is timed once more by parts too: its prefills (each prefix once per beam), its decode steps'
+forwards and the rest, so that k-CBS's decode steps can be set against its own. Goals (issue 21) are printed beside
+each figure.
 
 On a GPU (`--device cuda`, memrisk's default where one is found) the model runs in bfloat16, the matmul library is
 the GPU's own, and the reference peak is a bfloat16 8192² product measured on it (the datasheet's dense figure printed
@@ -203,6 +205,41 @@ class Breakdown:
                 f"the linear layers' products (within forward and prefill) {self.products / total:.0%}")
 
 
+class ForwardTimes:
+    """Wall seconds of a model's forwards during a run, by hooks on its top module: a forward of one position per row is
+    a decode step, a longer one a prefill (`generate`'s first forward of each batch, every prefix once per beam)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.prefill = self.decode = 0.0
+        self.prefill_positions = 0
+        self._start = 0.0
+        self._hooks: list[Any] = []
+
+    def __enter__(self) -> ForwardTimes:
+        self._hooks = [self.model.register_forward_pre_hook(self._before),
+                       self.model.register_forward_hook(self._after, with_kwargs=True)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+    def _before(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        synchronize()
+        self._start = time.perf_counter()
+
+    def _after(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        synchronize()
+        seconds = time.perf_counter() - self._start
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        if ids.shape[1] > 1:
+            self.prefill += seconds
+            self.prefill_positions += ids.numel()
+        else:
+            self.decode += seconds
+
+
 def machine() -> str:
     """One line describing this machine: its CPU with its family and model numbers, the vector instructions torch's
     kernels use there and whether it has AMX, its GPU, and the torch threads used. One cloud model name ("AMD EPYC")
@@ -306,6 +343,13 @@ def main() -> None:
     generate_s, per_batch = min((measured(generate(n))[1], n) for n in layouts)
     print(f"  transformers generate(num_beams={BEAMS}), as transformers runs it: {generate_s:.1f} s at its faster batch of "
           f"{' or '.join(map(str, layouts))} windows ({per_batch})", flush=True)
+    with Breakdown() as stock_breakdown, ForwardTimes(lm.model) as stock_forwards:
+        _, stock_timed_s, _ = measured(generate(per_batch))
+    stock_rest = stock_timed_s - stock_forwards.prefill - stock_forwards.decode
+    print(f"  generate, timed once more by parts ({stock_timed_s:.1f} s with the timers): its prefills "
+          f"{stock_forwards.prefill:.1f} s ({stock_forwards.prefill_positions:,} token evals), its decode steps' "
+          f"forwards {stock_forwards.decode:.1f} s, the rest (beam bookkeeping) {stock_rest:.1f} s; its linear layers' "
+          f"products {stock_breakdown.products:.1f} s", flush=True)
 
     for library in libraries:
         lm.use_matmul(library)
@@ -377,7 +421,9 @@ def main() -> None:
             f"shares: auto {shared_s / stock_s:.2f}x ({shared_s:.1f} s, alternated with both); anchored (memrisk's "
             f"default, the target's path as row B + 1): {anchored_s / stock_s:.2f}x")
         print(f"  k-CBS, timed once more by parts ({timed_s:.1f} s with the timers): {k_breakdown.line(timed_s)}; its "
-              f"linear layers' products alone would be {k_breakdown.products / stock_s:.2f}x generate", flush=True)
+              f"linear layers' products alone would be {k_breakdown.products / stock_s:.2f}x generate; its prefill "
+              f"{k_breakdown.seconds['prefill']:.1f} s and decode steps' forwards {k_breakdown.seconds['forward']:.1f} s "
+              f"({k_breakdown.seconds['forward'] / stock_forwards.decode:.2f}x generate's, both timed by parts)", flush=True)
         if library != "blas":
             print(f"  k-CBS against generate with the same {library} layers installed: {kcbs_s / min(same):.2f}x "
                   f"({kcbs_s:.1f} s against {min(same):.1f} s)", flush=True)
