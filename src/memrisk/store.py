@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -276,7 +277,7 @@ class RequestLog:
 
 def _json_safe(value: Any) -> Any:
     """Replace non-finite floats (invalid JSON) by their names, recursively."""
-    if isinstance(value, float) and not (value == value and abs(value) != float("inf")):
+    if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, Mapping):
         return {str(k): _json_safe(v) for k, v in value.items()}
