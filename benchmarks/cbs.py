@@ -10,6 +10,9 @@
 3. Demo model, windows planted 16 times: CBS lower bound vs Monte Carlo with M = B samples (about the
    same token evaluations) and vs a 10,000-sample Monte Carlo reference.
 
+Each search of sections 1 and 2 also prints its peak memory next to weights + KV cache + logits of its rows and to
+what `batch_size: auto` budgets for them (`measure.memory_line`).
+
 Run: python benchmarks/cbs.py [--windows 8] [--skip-smollm2] [--skip-demo] [--skip-mc]
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from measure import measured, memory_line
 
 import memrisk
 import memrisk.config as config_module
@@ -44,13 +48,6 @@ def same_result(a: cbs_module.CBSResult, b: cbs_module.CBSResult) -> bool:
         and a.stop == b.stop
         and a.token_evals == b.token_evals
     )
-
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    """Result and wall seconds of one call."""
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
 
 
 def smollm2_windows(lm: memrisk.LanguageModel, count: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -77,8 +74,8 @@ def beam_search_seconds(lm: memrisk.LanguageModel, prefixes: list[list[int]], ba
     return time.perf_counter() - start
 
 
-def bookkeeping_share(run: Callable[[], Any]) -> tuple[float, float]:
-    """Seconds inside the Levenshtein band functions during `run`, and the run's wall time."""
+def bookkeeping_share(run: Callable[[], Any]) -> tuple[float, float, int]:
+    """Seconds inside the Levenshtein band functions during `run`, the run's wall time and its peak memory."""
     spent = [0.0]
     originals = {name: getattr(cbs_module, name) for name in ("band_step", "band_lower_bound", "band_final")}
 
@@ -94,11 +91,11 @@ def bookkeeping_share(run: Callable[[], Any]) -> tuple[float, float]:
     for name, fn in originals.items():
         setattr(cbs_module, name, wrap(fn))
     try:
-        _, wall = timed(run)
+        _, wall, peak = measured(run)
     finally:
         for name, fn in originals.items():
             setattr(cbs_module, name, fn)
-    return spent[0], wall
+    return spent[0], wall, peak
 
 
 def smollm2_section(count: int) -> None:
@@ -107,9 +104,9 @@ def smollm2_section(count: int) -> None:
     prefixes, suffixes = smollm2_windows(lm, count)
     n = len(prefixes)
     cbs_args = {"beam_width": 20, "tau_min": None, "batch_size": 4}
-    _, generate_s = timed(lambda: beam_search_seconds(lm, prefixes, 4))
-    baseline, baseline_s = timed(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, prune=None, **cbs_args))
-    band_s, pruned_s = bookkeeping_share(
+    generate_s = beam_search_seconds(lm, prefixes, 4)
+    baseline, baseline_s, baseline_peak = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, prune=None, **cbs_args))
+    band_s, pruned_s, pruned_peak = bookkeeping_share(
         lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, prune="levenshtein", epsilon=5, **cbs_args)
     )
     print(f"SmolLM2-135M, {n} windows of 50+50 tokens, B=20, k=40, batches of 4 sequences")
@@ -117,6 +114,10 @@ def smollm2_section(count: int) -> None:
     print(f"  k-CBS (Algorithm 1):                 {baseline_s / n:6.2f} s/sequence  ratio {baseline_s / generate_s:.2f} (target <= 1.3)")
     print(f"  Lev-pruned CBS (eps=5):              {pruned_s / n:6.2f} s/sequence  ratio {pruned_s / generate_s:.2f}")
     print(f"  Levenshtein bookkeeping: {band_s:.2f} s of {pruned_s:.2f} s = {band_s / pruned_s:.1%} (target <= 10%)")
+    rows = min(cbs_args["batch_size"], n) * (cbs_args["beam_width"] + 1)  # B rows and the anchor's per sequence
+    tokens = len(prefixes[0]) + len(suffixes[0]) + 1
+    print(f"  memory, k-CBS: {memory_line(lm, baseline_peak, rows, tokens, 1)}")
+    print(f"  memory, Lev-pruned CBS: {memory_line(lm, pruned_peak, rows, tokens, 1)}")
     evals = np.mean([r.token_evals for r in baseline])
     print(f"  token evaluations per sequence: {evals:.0f} (limit a + (T-1)B = {50 + 49 * 20})")
     parameters = sum(p.numel() for p in lm.model.parameters())
@@ -146,13 +147,18 @@ def demo_section(skip_mc: bool) -> None:
         mix.insert(i * 10, window)
     prefixes, suffixes = [list(w.prefix_ids) for w in mix], [list(w.suffix_ids) for w in mix]
     args = {"beam_width": 20, "prune": "levenshtein", "epsilon": 5, "tau_min": 1e-3, "batch_size": 10}
-    compact, compact_s = timed(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, compaction=True, **args))
-    padded, padded_s = timed(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, compaction=False, **args))
+    memrisk.cbs(lm, prefixes[:1], suffixes[:1], TOP_K, **args)  # first use's allocations, untimed
+    compact, compact_s, compact_peak = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, compaction=True, **args))
+    padded, padded_s, padded_peak = measured(lambda: memrisk.cbs(lm, prefixes, suffixes, TOP_K, compaction=False, **args))
     differences = [i for i, (a, b) in enumerate(zip(compact, padded)) if not same_result(a, b)]
     print(f"\nDemo model, {len(mix)} windows (4 planted = {4 / len(mix):.0%}, rest held out), Lev eps=5, tau_min stop, 10 sequences per batch")
     print(f"  padded batches: {padded_s:6.2f} s   compaction + refill: {compact_s:6.2f} s   speed-up {padded_s / compact_s:.1f}x (target >= 3x)")
     print(f"  identical candidates, stops and token evaluations (log-p within {LOG_P_TOLERANCE:g}): "
           f"{not differences}{'' if not differences else f' (differ: windows {differences})'}")
+    rows = min(args["batch_size"], len(prefixes)) * (args["beam_width"] + 1)
+    tokens = max(len(p) + len(s) for p, s in zip(prefixes, suffixes)) + 1
+    print(f"  memory, padded: {memory_line(lm, padded_peak, rows, tokens, 1)}")
+    print(f"  memory, compaction + refill: {memory_line(lm, compact_peak, rows, tokens, 1)}")
 
     if skip_mc:
         return

@@ -1,7 +1,8 @@
 """What anchoring changes in CBS, measured in one run (B = 20, k = 40, Levenshtein ε = 5, τ_min stop):
 recovery of the verbatim-extractable windows (LB_0 ≥ τ_min among p_z ≥ τ_min), LB_ε anchored minus
 unanchored, and token evaluations, on the demo model's windows (by dataset) and on SmolLM2
-windows of standard-library docstrings.
+windows of standard-library docstrings. Each search also prints its peak memory next to weights + KV cache + logits of
+its rows and to what `batch_size: auto` budgets for them (`measure.memory_line`).
 
 Run: python benchmarks/cbs_anchor.py [--smollm2-windows 16] [--skip-demo] [--skip-smollm2]
 """
@@ -9,9 +10,9 @@ Run: python benchmarks/cbs_anchor.py [--smollm2-windows 16] [--skip-demo] [--ski
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from measure import measured, memory_line
 
 import memrisk
 from memrisk import DecodingPolicy
@@ -21,15 +22,19 @@ TAU_MIN, EPSILON, BEAM = 1e-3, 5, 20
 POLICY = DecodingPolicy(top_k=40)
 
 
-def compare(lm: memrisk.LanguageModel, prefixes: list[list[int]], suffixes: list[list[int]]) -> dict[str, float]:
-    """Anchored vs unanchored CBS on the same windows: recovery, LB differences, cost, wall time."""
+def compare(lm: memrisk.LanguageModel, prefixes: list[list[int]], suffixes: list[list[int]], label: str) -> dict[str, float]:
+    """Anchored vs unanchored CBS on the same windows: recovery, LB differences, cost, wall time (and each search's
+    peak memory, printed under `label`)."""
     log_p = memrisk.verbatim_logprob(lm, prefixes, suffixes, POLICY)[:, 0]
+    tokens = max(len(p) + len(s) for p, s in zip(prefixes, suffixes)) + 1
     runs = {}
     for anchor in (False, True):
-        start = time.perf_counter()
-        results = cbs(lm, prefixes, suffixes, POLICY, beam_width=BEAM, prune="levenshtein", epsilon=EPSILON,
-                      tau_min=TAU_MIN, anchor=anchor)
-        runs[anchor] = (results, time.perf_counter() - start)
+        results, seconds, peak = measured(lambda anchor=anchor: cbs(lm, prefixes, suffixes, POLICY, beam_width=BEAM,
+                                                                    prune="levenshtein", epsilon=EPSILON, tau_min=TAU_MIN,
+                                                                    anchor=anchor))
+        runs[anchor] = (results, seconds)
+        rows = min(lm.batch_size, len(prefixes)) * (BEAM + int(anchor))
+        print(f"{label}, {'anchored' if anchor else 'unanchored'}: {memory_line(lm, peak, rows, tokens, 1)}", flush=True)
     extractable = np.exp(log_p) >= TAU_MIN
 
     def recovery(anchor: bool) -> str:
@@ -62,7 +67,8 @@ def demo_rows() -> dict[str, dict[str, float]]:
     rows = {}
     for name in dict.fromkeys(e.dataset for e in examples):
         chosen = [e for e in examples if e.dataset == name]
-        rows[f"demo {name}"] = compare(lm, [list(e.window.prefix_ids) for e in chosen], [list(e.window.suffix_ids) for e in chosen])
+        rows[f"demo {name}"] = compare(lm, [list(e.window.prefix_ids) for e in chosen], [list(e.window.suffix_ids) for e in chosen],
+                                       f"demo {name}")
     return rows
 
 
@@ -77,7 +83,8 @@ def smollm2_rows(count: int) -> dict[str, dict[str, float]]:
     lm = memrisk.load_model("smollm2", batch_size=8)
     text = "\n\n".join(m.__doc__ or "" for m in (collections, json, email, argparse))
     windows = make_windows(lm, [Document("stdlib", text)], mode="book", stride=60).windows[:count]
-    return {"smollm2 stdlib": compare(lm, [list(w.prefix_ids) for w in windows], [list(w.suffix_ids) for w in windows])}
+    return {"smollm2 stdlib": compare(lm, [list(w.prefix_ids) for w in windows], [list(w.suffix_ids) for w in windows],
+                                      "smollm2 stdlib")}
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ MAX_ROWS times), so time falls by less than token evaluations do; the gain grows
 length and the number of batches, and shrinks with T. Repetitions are interleaved (a, b, then b, a, ...) so that noise from other work on the
 machine hits both alike; seconds per window are reported from the median and the best run, in wall
 and in CPU time (CPU time is the steadier one when other processes share the cores), with the
-ratio (a)/(b) (> 1: (b) is faster).
+ratio (a)/(b) (> 1: (b) is faster), and each variant's peak memory next to weights + KV cache + logits of a batch of
+MAX_ROWS rows and to what `batch_size: auto` budgets for them (`measure.memory_line`).
 
 Run:  python benchmarks/monte_carlo.py [--windows N] [--prefix A] [--suffix T] [--samples M] [--repeats R] [--threads T]
 
@@ -32,6 +33,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from measure import measured, memory_line
 from teacher_forcing import make_windows
 
 import memrisk
@@ -56,11 +58,11 @@ def per_window(lm: memrisk.LanguageModel, prefix: list[int], suffix: list[int], 
     return result.token_evals
 
 
-def timed(fn: Callable[[], int]) -> tuple[int, float, float]:
-    """Result, wall seconds and CPU seconds of one call."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    return out, time.perf_counter() - wall, time.process_time() - cpu
+def timed(fn: Callable[[], int]) -> tuple[int, float, float, int]:
+    """Result, wall seconds, CPU seconds and peak memory (`measure.measured`) of one call."""
+    cpu = time.process_time()
+    out, wall, peak = measured(fn)
+    return out, wall, time.process_time() - cpu, peak
 
 
 def main() -> None:
@@ -90,11 +92,13 @@ def main() -> None:
     evals: dict[str, int] = {}
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
+    peaks = dict.fromkeys(names, 0)
     for rep in range(args.repeats):
         for name in names[rep % 2:] + names[:rep % 2]:
-            evals[name], seconds, cpu_seconds = timed(variants[name])
+            evals[name], seconds, cpu_seconds, peak = timed(variants[name])
             wall[name].append(seconds / args.windows)
             cpu[name].append(cpu_seconds / args.windows)
+            peaks[name] = max(peaks[name], peak)
     for name in names:
         runs = ", ".join(f"{t:.2f}" for t in wall[name])
         print(
@@ -108,6 +112,9 @@ def main() -> None:
         f"{min(wall[a]) / min(wall[b]):.3f} wall on best runs, {statistics.median(cpu[a]) / statistics.median(cpu[b]):.3f} CPU on medians, "
         f"{min(cpu[a]) / min(cpu[b]):.3f} CPU on best runs; token evaluations {evals[a] / evals[b]:.4f}"
     )
+    rows, tokens = min(MAX_ROWS, args.samples), args.prefix + args.suffix + 1
+    for name in names:
+        print(f"memory, {name}: {memory_line(lm, peaks[name], rows, tokens, 1)}")
 
 
 if __name__ == "__main__":

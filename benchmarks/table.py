@@ -33,7 +33,6 @@ beside it); each timer waits for the GPU's queued work, and memory is the peak t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import platform
 import statistics
@@ -44,16 +43,15 @@ from typing import Any
 
 import cydifflib
 import torch
+from measure import measured, memory_line, synchronize
 from teacher_forcing import make_windows
 
 import memrisk
 import memrisk.extraction.cbs as cbs_module
 from memrisk import DecodingPolicy
-from memrisk.models import allocator, linears, memory
+from memrisk.models import linears
 from memrisk.models.throughput import device_peak_flops, forward_flops
 
-STATUS = Path("/proc/self/status")
-CLEAR_REFS = Path("/proc/self/clear_refs")
 FOUR_POLICIES = [DecodingPolicy(top_k=40), DecodingPolicy(), DecodingPolicy(temperature=0.7, top_k=40), DecodingPolicy(top_p=0.9)]
 TOP_K = DecodingPolicy(top_k=40)
 BEAMS, EPSILON, MC_SAMPLES = 20, 5, 256
@@ -90,44 +88,6 @@ def drift_note(rate: float, peak: float, peaks: list[float]) -> str:
 def gpu_peak_flops(device: torch.device, seconds: float) -> float:
     """FLOP/s of a bfloat16 GPU_PEAK_SIZE² matmul measured on `device` for `seconds`, the GPU's reference peak."""
     return device_peak_flops(device, torch.bfloat16, seconds, size=GPU_PEAK_SIZE, datasheet=False)
-
-
-def synchronize() -> None:
-    """Wait for the GPU's queued work, where torch has started one, so that a wall clock brackets it."""
-    if torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
-def resident(field: str) -> int:
-    """Bytes of a /proc/self/status field (VmRSS, VmHWM); 0 where there is none."""
-    if not STATUS.is_file():
-        return 0
-    for line in STATUS.read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def measured(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float, int]:
-    """Result, best wall seconds of `repeats` calls, and the peak resident bytes above the start (Linux), the start taken
-    after the C allocator hands back the memory it keeps free (`allocator.release_freed_memory`); on a GPU, the peak
-    bytes its allocator held above the start."""
-    gpu = torch.cuda.is_initialized()
-    allocator.release_freed_memory()
-    if gpu:
-        synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    elif CLEAR_REFS.exists():
-        CLEAR_REFS.write_text("5")
-    before = torch.cuda.memory_allocated() if gpu else resident("VmRSS")
-    times, out = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    after = torch.cuda.max_memory_allocated() if gpu else resident("VmHWM")
-    return out, min(times), max(0, after - before)
 
 
 class Breakdown:
@@ -281,21 +241,11 @@ def main() -> None:
     lm = memrisk.load_model("smollm2", batch_size=args.windows, device=args.device)
     gpu = lm.device.type == "cuda"
     parameters = sum(p.numel() for p in lm.model.parameters())
-    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
-    shape = lm.shape
-    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * shape.dtype_bytes
     rows_table: list[tuple[str, str, str, str]] = []
 
     def row(name: str, value: str, goal: str, note: str = "") -> None:
         rows_table.append((name, value, goal, note))
         print(f"  {name}: {value} (goal {goal}) {note}", flush=True)
-
-    def memory_note(peak: int, rows: int, tokens: int, scored: int) -> str:
-        direct = weights + rows * tokens * kv_per_token + rows * scored * shape.vocab_size * 4
-        budget = rows * memory.sequence_bytes(**dataclasses.asdict(shape), sequence_length=tokens, scored_positions=scored)
-        held = peak + weights + linears.PACKED.bytes()
-        return (f"peak {held / 2**20:,.0f} MiB = {held / direct:.2f}x weights+KV+logits "
-                f"({direct / 2**20:,.0f} MiB); auto budget {(budget + weights) / 2**20:,.0f} MiB")
 
     if gpu:
         libraries: tuple[str, ...] = ("blas",)
@@ -376,7 +326,7 @@ def main() -> None:
         row("bare forward" + tag, f"{bare_rate / 1e9:.0f} GFLOP/s = {bare_rate / peak:.0%} of peak "
             f"({peak / 1e9:.0f} GFLOP/s, measured before and after)", "reference")
         row("teacher forcing, 4 policies" + tag, f"{bare_s / tf_s:.2f}x bare forward throughput", ">= 0.95",
-            memory_note(tf_peak, len(prefixes), 101, 50))
+            memory_line(lm, tf_peak, len(prefixes), 101, 50))
 
         search = {"beam_width": BEAMS, "prune": "levenshtein", "epsilon": EPSILON, "batch_size": args.windows}
         found, cbs_s, peak, cbs_peak = beside_peaks(
@@ -388,7 +338,7 @@ def main() -> None:
         row(f"CBS, Levenshtein eps={EPSILON}, B={BEAMS}, anchored, {args.windows} windows" + tag,
             f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak ({peak / 1e9:.0f} GFLOP/s beside it)", ">= 60%",
             drift_note(rate, peak, every_peak[library]) + f"{evals / len(found):.0f} token evals/window; with shares: auto "
-            f"{cbs_s / shared_s * rate / peak:.0%}; " + memory_note(cbs_peak, args.windows * (BEAMS + 1), 101, 1))
+            f"{cbs_s / shared_s * rate / peak:.0%}; " + memory_line(lm, cbs_peak, args.windows * (BEAMS + 1), 101, 1))
         prefill_evals = sum(len(p) + int(lm.bos_token_id is not None) for p in copy_prefixes)
         with Breakdown() as breakdown:
             _, timed_s, _ = measured(lambda: memrisk.cbs(lm, copy_prefixes, copy_suffixes, TOP_K, **search))
@@ -444,7 +394,7 @@ def main() -> None:
         rate = forward_flops(mc_evals, parameters) / mc_s
         row(f"Monte Carlo, {MC_SAMPLES} samples/window, prefix once" + tag,
             f"{rate / 1e9:.0f} GFLOP/s = {rate / peak:.0%} of peak ({peak / 1e9:.0f} GFLOP/s beside it)", ">= 50%",
-            drift_note(rate, peak, every_peak[library]) + memory_note(mc_peak, MC_SAMPLES, 101, 1))
+            drift_note(rate, peak, every_peak[library]) + memory_line(lm, mc_peak, MC_SAMPLES, 101, 1))
 
     texts = [(lm.decode(a), lm.decode(b)) for a, b in zip(prefixes, suffixes)] * 20
     plain = statistics.fmean(timed_ratio(difflib.SequenceMatcher, texts) for _ in range(3))

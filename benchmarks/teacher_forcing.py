@@ -17,7 +17,8 @@ machine hits every variant alike; windows/s is reported from the median and from
 (fastest) run of each variant, with (b)/(a) and (c)/(a) in throughput terms (1.0 = as fast as
 the bare forward; the target for 4 policies is >= 0.85). Noise only ever adds time, so on a
 shared machine the best-run ratios are the steadier ones; better still, check that the machine
-is otherwise idle (`ps aux --sort=-%cpu | head`) before trusting the numbers.
+is otherwise idle (`ps aux --sort=-%cpu | head`) before trusting the numbers. Each variant's peak memory is printed
+next to weights + KV cache + logits of a batch and to what `batch_size: auto` budgets for it (`measure.memory_line`).
 
 Run:  python benchmarks/teacher_forcing.py [--windows N] [--batch-size B] [--repeats R] [--threads T]
 
@@ -30,9 +31,9 @@ import argparse
 import importlib
 import inspect
 import statistics
-import time
 
 import torch
+from measure import measured, memory_line
 
 import memrisk
 from memrisk import DecodingPolicy
@@ -116,12 +117,13 @@ def main() -> None:
     for name in names:  # warm-up, untimed
         variants[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
+    peaks = dict.fromkeys(names, 0)
     for rep in range(args.repeats):
         order = names[rep % len(names):] + names[:rep % len(names)]
         for name in order:
-            start = time.perf_counter()
-            variants[name]()
-            times[name].append(time.perf_counter() - start)
+            _, seconds, peak = measured(variants[name])
+            times[name].append(seconds)
+            peaks[name] = max(peaks[name], peak)
 
     median = {name: args.windows / statistics.median(times[name]) for name in names}
     best = {name: args.windows / min(times[name]) for name in names}
@@ -134,6 +136,9 @@ def main() -> None:
             f"{best[variant] / best[names[0]]:.3f} on best runs"
         )
     print("(1.0 = as fast as the bare forward; target for 4 policies >= 0.85)")
+    tokens = PREFIX_TOKENS + SUFFIX_TOKENS + 1
+    for name, scored in zip(names, (tokens, SUFFIX_TOKENS + 1, SUFFIX_TOKENS + 1)):  # the bare forward keeps every position's logits
+        print(f"memory, {name}: {memory_line(lm, peaks[name], len(batches[0]), tokens, scored)}")
     token_evals = sum(int(b.numel()) for b in batches)
     parameters = sum(p.numel() for p in lm.model.parameters())
     peak = device_peak_flops(lm.device)
