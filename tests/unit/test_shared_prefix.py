@@ -12,7 +12,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import memrisk
-from memrisk.models import shared_prefix
+from memrisk.models import columns, shared_prefix
 from tests.conftest import tiny_gpt2
 
 VOCAB = 50
@@ -204,5 +204,39 @@ def test_a_batched_attention_product_gives_each_matrix_the_same_bits_whatever_el
                 index = torch.tensor(some)
                 assert torch.equal(torch.matmul(queries[index], keys[index]), scores[index])
                 assert torch.equal(torch.matmul(weights[index], values[index]), out[index])
+    finally:
+        torch.set_num_threads(kept)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_both_column_layouts_give_the_same_logits_bit_for_bit(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU store lays its columns out step by step, other devices slot by slot (models/columns.py): along the scripted
+    decodes (reorders with repeats, in place and gathered, merges, compaction) the logits are the same bits."""
+    lm = memrisk.load_model(MODELS[name]())
+    by_step = [decode(lm, True), reorder_decode(lm, True), reorder_decode(lm, False)]
+    monkeypatch.setattr(columns, "step_major", lambda device: False)
+    by_slot = [decode(lm, True), reorder_decode(lm, True), reorder_decode(lm, False)]
+    for ours, theirs in zip(by_step, by_slot, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_attentions_own_products_give_the_same_bits_in_both_layouts(threads: int) -> None:
+    """At SmolLM2's decode shapes (160 slots × 3 key/value heads, 3 queries each, head dim 64) and every generated length
+    a search reaches, each slot's queries against its own keys, and its weights against its own values, read from a
+    store laid out step by step give the products of the slot-by-slot layout bit for bit."""
+    generator = torch.Generator().manual_seed(5)
+    kept = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for length in range(1, 71):
+            slot_keys = torch.randn(160, 3, length + 8, 64, generator=generator)[..., :length, :]
+            slot_values = torch.randn(160, 3, length + 8, 64, generator=generator)[..., :length, :]
+            step_keys = slot_keys.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
+            step_values = slot_values.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
+            queries = torch.randn(160, 3, 3, 64, generator=generator)
+            weights = torch.softmax(torch.randn(160, 3, 3, length, generator=generator), dim=-1)
+            assert torch.equal(torch.matmul(queries, step_keys.transpose(-1, -2)), torch.matmul(queries, slot_keys.transpose(-1, -2)))
+            assert torch.equal(torch.matmul(weights, step_values), torch.matmul(weights, slot_values))
     finally:
         torch.set_num_threads(kept)

@@ -23,10 +23,10 @@ import torch
 from transformers import AttentionInterface
 
 from memrisk.models import kvcache
+from memrisk.models.columns import ColumnStore
 
 ATTENTION = "memrisk_shared_prefix"
 CACHE_ARGUMENT = "memrisk_shared_cache"
-SPARE_COLUMNS = kvcache.SPARE_COLUMNS
 UNSUPPORTED_CONFIG = ("attn_logit_softcapping", "final_logit_softcapping", "sliding_window_pattern")
 PLAIN_ATTENTION = ("sdpa", "eager", None)
 FREE_SLOTS = 0.25
@@ -50,7 +50,8 @@ def common_columns(lineage: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
 
 class ColumnCopy:
     """Generated columns `start[i]` … `length` − 1 of every head of slot `source[i]`, to be copied into slot `target[i]`
-    of a layer's key and value buffers [slots, heads, columns, head dim]: one gather and one scatter of head-dim rows."""
+    of a layer's key and value stores (each seen as [slots, heads, columns, head dim], `ColumnStore.columns_view`): one
+    gather and one scatter of head-dim rows."""
 
     def __init__(self, source: torch.Tensor, target: torch.Tensor, start: torch.Tensor, length: int) -> None:
         counts = length - start
@@ -61,10 +62,11 @@ class ColumnCopy:
         self._rows: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def apply(self, buffer: torch.Tensor) -> None:
-        """Copy the columns within `buffer`, whose head-dim rows lie `head dim` apart in memory (its buffers' layout)."""
+        """Copy the columns within `buffer` [slots, heads, columns, head dim], whose head-dim rows are contiguous and lie
+        whole multiples of `head dim` apart in memory (either layout of a `ColumnStore`)."""
         slots, heads, columns, dim = buffer.shape
         strides = buffer.stride()
-        if strides[3] != 1 or strides[2] != dim or strides[1] % dim or strides[0] % dim:
+        if strides[3] != 1 or strides[2] % dim or strides[1] % dim or strides[0] % dim:
             raise ValueError(f"a key/value buffer of strides {strides} does not hold head-dim rows {dim} apart")
         if strides not in self._rows:
             head = torch.arange(heads, device=buffer.device) * (strides[1] // dim)
@@ -78,37 +80,42 @@ class ColumnCopy:
 
 
 class SharedPrefixLayer:
-    """One layer: prefix keys/values [prefixes, kv heads, P, d] and each row's generated columns in a buffer."""
+    """One layer: prefix keys/values [prefixes, kv heads, P, d] and each slot's generated keys and values (`ColumnStore`)."""
 
-    def __init__(self, prefix_keys: torch.Tensor, prefix_values: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+    def __init__(self, prefix_keys: torch.Tensor, prefix_values: torch.Tensor, keys: ColumnStore, values: ColumnStore) -> None:
         self.prefix_keys, self.prefix_values = prefix_keys, prefix_values
-        self.key_buffer, self.value_buffer, self.length = keys, values, length
+        self.key_store, self.value_store = keys, values
+
+    @property
+    def length(self) -> int:
+        """Generated columns held."""
+        return self.key_store.length
 
     @property
     def keys(self) -> torch.Tensor:
-        """The rows' generated keys [rows, kv heads, length, d]."""
-        return self.key_buffer[..., : self.length, :]
+        """The slots' generated keys [slots, kv heads, length, d]."""
+        return self.key_store.columns
 
     @property
     def values(self) -> torch.Tensor:
-        """The rows' generated values."""
-        return self.value_buffer[..., : self.length, :]
+        """The slots' generated values."""
+        return self.value_store.columns
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write new columns (already in slot order) behind the generated ones, growing the buffers when the spare runs out."""
-        added = keys.shape[-2]
-        if self.length + added > self.key_buffer.shape[-2]:
-            self.key_buffer = kvcache.with_spare(self.keys, added + SPARE_COLUMNS)
-            self.value_buffer = kvcache.with_spare(self.values, added + SPARE_COLUMNS)
-        self.key_buffer[..., self.length : self.length + added, :] = keys
-        self.value_buffer[..., self.length : self.length + added, :] = values
-        self.length += added
+        """Write new columns (already in slot order) behind the generated ones, growing the stores when the spare runs out."""
+        self.key_store.append(keys)
+        self.value_store.append(values)
         return self.keys, self.values
 
     def move(self, columns: ColumnCopy) -> None:
         """Copy generated columns from slot to slot (`columns`: sources disjoint from targets)."""
-        columns.apply(self.key_buffer)
-        columns.apply(self.value_buffer)
+        columns.apply(self.key_store.columns_view())
+        columns.apply(self.value_store.columns_view())
+
+    def drop_leading(self, columns: int) -> None:
+        """Forget the first `columns` generated columns."""
+        self.key_store.drop_leading(columns)
+        self.value_store.drop_leading(columns)
 
 
 class SharedPrefixCache:
@@ -132,8 +139,8 @@ class SharedPrefixCache:
         layers = []
         for layer in kvcache.cache_layers(cache):
             rows, heads, _, dim = layer.keys.shape
-            empty = layer.keys.new_empty((rows, heads, SPARE_COLUMNS, dim))
-            layers.append(SharedPrefixLayer(layer.keys, layer.values, empty, torch.empty_like(empty), 0))
+            layers.append(SharedPrefixLayer(layer.keys, layer.values, ColumnStore.empty(rows, heads, dim, layer.keys),
+                                            ColumnStore.empty(rows, heads, dim, layer.values)))
         rows = attention_mask.shape[0]
         owner = torch.arange(rows, device=attention_mask.device)
         return cls(layers, attention_mask.bool(), owner, torch.zeros_like(owner), fresh_columns(rows, 0, owner.device))
@@ -146,7 +153,7 @@ class SharedPrefixCache:
     @property
     def slot_count(self) -> int:
         """Slots in every layer's buffers: one per row, and those a reorder to fewer rows left free."""
-        return self.layers[0].key_buffer.shape[0]
+        return self.layers[0].key_store.slots
 
     @property
     def length(self) -> int:
@@ -198,8 +205,8 @@ class SharedPrefixCache:
             source = self.place[index]
             lineage = self.lineage[source]
             layers = [
-                SharedPrefixLayer(layer.prefix_keys, layer.prefix_values, kvcache.gather_with_spare(layer.keys, source),
-                                  kvcache.gather_with_spare(layer.values, source), layer.length)
+                SharedPrefixLayer(layer.prefix_keys, layer.prefix_values, layer.key_store.gathered(source),
+                                  layer.value_store.gathered(source))
                 for layer in self.layers
             ]
             if copy:
@@ -248,9 +255,8 @@ class SharedPrefixCache:
         for mine, theirs in zip(self.layers, other.layers):
             mine.prefix_keys = torch.cat([kvcache.left_pad(mine.prefix_keys, width, -2), kvcache.left_pad(theirs.prefix_keys, width, -2)])
             mine.prefix_values = torch.cat([kvcache.left_pad(mine.prefix_values, width, -2), kvcache.left_pad(theirs.prefix_values, width, -2)])
-            mine.key_buffer = kvcache.with_spare(torch.cat([kvcache.left_pad(mine.keys, length, -2), kvcache.left_pad(theirs.keys, length, -2)]))
-            mine.value_buffer = kvcache.with_spare(torch.cat([kvcache.left_pad(mine.values, length, -2), kvcache.left_pad(theirs.values, length, -2)]))
-            mine.length = length
+            mine.key_store = ColumnStore.of(torch.cat([kvcache.left_pad(mine.keys, length, -2), kvcache.left_pad(theirs.keys, length, -2)]))
+            mine.value_store = ColumnStore.of(torch.cat([kvcache.left_pad(mine.values, length, -2), kvcache.left_pad(theirs.values, length, -2)]))
         self.lineage = torch.cat([self._padded_lineage(length), other._padded_lineage(length)])
         prefixes, place = self.prefix_mask.shape[0], torch.cat([self.place, other.place + mine_slots])
         self.prefix_mask = torch.cat([kvcache.left_pad(self.prefix_mask, width, 1), kvcache.left_pad(other.prefix_mask, width, 1)])
@@ -291,8 +297,7 @@ class SharedPrefixCache:
         unread = int(self.generated_from.min()) if self.rows else 0
         if unread:
             for layer in self.layers:
-                layer.key_buffer, layer.value_buffer = layer.key_buffer[..., unread:, :], layer.value_buffer[..., unread:, :]
-                layer.length -= unread
+                layer.drop_leading(unread)
             self.lineage = self.lineage[:, unread:]
             self.generated_from = self.generated_from - unread
 
