@@ -67,7 +67,7 @@ class ColumnCopy:
         slots, heads, columns, dim = buffer.shape
         strides = buffer.stride()
         if strides[3] != 1 or strides[2] % dim or strides[1] % dim or strides[0] % dim:
-            raise ValueError(f"a key/value buffer of strides {strides} does not hold head-dim rows {dim} apart")
+            raise ValueError(f"a key/value buffer of strides {strides} does not hold contiguous head-dim rows at multiples of {dim}")
         if strides not in self._rows:
             head = torch.arange(heads, device=buffer.device) * (strides[1] // dim)
             offset = self.column[:, None] * (strides[2] // dim) + head
