@@ -128,7 +128,8 @@ def score_examples(
     In a study, `passes` holds what other cells computed for the same windows and settings (reused, with its time).
     """
     methods = configured(config)
-    chunk = Chunk(config, lm, examples, setups or {}, passes or SharedPasses(), moments=any(m.reads_moments for m in methods))
+    chunk = Chunk(config, lm, examples, setups or {}, passes or SharedPasses(), moments=any(m.reads_moments for m in methods),
+                  read_policies=tuple(p for m in methods for p in m.reads_policies))
     scores, seconds_tf = chunk.teacher_forcing
     records = [base_record(lm, example, scores, i) for i, example in enumerate(examples)]
     seconds = {TEACHER_FORCING: seconds_tf}

@@ -257,10 +257,11 @@ def dry_run_lines(cells: list[Cell]) -> list[str]:
 
 
 def passes_of(cells: list[Cell], model_settings: dict[str, Any]) -> SharedPasses:
-    """The passes the cells that use this model share: one teacher-forcing pass scores every decoding policy of theirs,
-    with the Min-K%++ moments when one of their methods reads them."""
+    """The passes the cells that use this model share: one teacher-forcing pass scores every decoding policy of theirs
+    and every policy their methods read, with the Min-K%++ moments when one of their methods reads them."""
     mine = [cell.config for cell in cells if not cell.books and cell.config.model.model_dump() == model_settings]
-    return SharedPasses([p.policy() for config in mine for p in config.policies],
+    read = [p for config in mine for method in configured(config) for p in method.reads_policies]
+    return SharedPasses([*(p.policy() for config in mine for p in config.policies), *read],
                         moments=any(method.reads_moments for config in mine for method in configured(config)))
 
 

@@ -182,6 +182,33 @@ def test_cbs_method_writes_bounds_masses_and_summary(tmp_path, model_dir) -> Non
     assert stats["recovery"]["teacher_forced"] == summary["datasets"]["story"]["probabilistic"]["topk3"]["extractable"]
 
 
+def test_prior_aware_reads_p_z_from_the_one_teacher_forcing_pass(tmp_path, model_dir, monkeypatch) -> None:
+    """The windows are teacher-forced once, by the pass every chunk starts with: it scores the full distribution for
+    prior-aware even where the run does not configure it, and prior-aware's P(s|p) is that pass's p_z bit for bit.
+    Only the calibration's generic halves are teacher-forced apart."""
+    from memrisk.extraction import prior_aware as extraction
+    from memrisk.extraction.probabilistic import verbatim_scores
+
+    generic = ["the quick brown fox jumps over the lazy dog", "a river ran past old mill where children played"]
+    apart: list[int] = []
+
+    def counted(model, prefixes, suffixes, *args, **kwargs):
+        apart.append(len(prefixes))
+        return verbatim_scores(model, prefixes, suffixes, *args, **kwargs)
+
+    monkeypatch.setattr(extraction, "verbatim_scores", counted)
+    settings = {"prior_aware": {"prefixes_per_trial": 3, "trials": 2, "generic_sequences": generic}}
+    config = load_config(write_config(tmp_path, model_dir, methods=["probabilistic", "prior_aware"], policies=[{"top_k": 3}], **settings))
+    run_experiment(config, tmp_path / "out", progress=False)
+    assert apart == [len(generic)], "prior-aware teacher-forced only the calibration's generic halves"
+    with_full = load_config(write_config(tmp_path, model_dir, methods=["probabilistic", "prior_aware"], **settings))
+    run_experiment(with_full, tmp_path / "full", progress=False)
+    rows, full_rows = records(tmp_path / "out"), records(tmp_path / "full")
+    assert [r["pa_log_p"] for r in rows] == [r["log_p.full"] for r in full_rows] == [r["pa_log_p"] for r in full_rows]
+    assert [r["log_p.topk3"] for r in rows] == [r["log_p.topk3"] for r in full_rows]
+    assert "log_p.full" not in rows[0], "the pass's extra policy is not a record column"
+
+
 def test_cbs_policy_must_be_configured(tmp_path, model_dir, capsys) -> None:
     path = write_config(tmp_path, model_dir, methods=["cbs"], cbs={"policy": "nucleus"})
     assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 2

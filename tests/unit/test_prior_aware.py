@@ -112,6 +112,20 @@ def test_calibration_is_the_mean_ratio_over_generic_halves(word_model) -> None:
     assert calibration.n == pytest.approx(np.exp(ratios).mean())
 
 
+def test_a_given_p_z_stands_in_for_the_teacher_forced_one(tiny) -> None:
+    bank = PrefixBank.from_token_lists([[a, b] for a in range(6) for b in range(2)])
+    prefixes, suffixes = [[1, 2], [3, 4], [5, 0]], [[3, 1], [2], [4, 4, 1]]
+    computed = prior_aware(tiny, prefixes, suffixes, bank, m=0.0, n=1.0, trials=2)
+    same = prior_aware(tiny, prefixes, suffixes, bank, m=0.0, n=1.0, trials=2, log_p=[r.log_p for r in computed.results])
+    assert same.results == computed.results
+    shifted = prior_aware(tiny, prefixes, suffixes, bank, m=0.0, n=1.0, trials=2, log_p=[r.log_p - 1.0 for r in computed.results])
+    for base, result in zip(computed.results, shifted.results):
+        assert (result.log_p, result.log_prior) == (base.log_p - 1.0, base.log_prior)
+        assert result.log_ratio == pytest.approx(base.log_ratio - 1.0)
+    with pytest.raises(MemriskError, match="one log-probability per example"):
+        prior_aware(tiny, prefixes, suffixes, bank, m=0.0, n=1.0, trials=2, log_p=[0.0, 0.0])
+
+
 def test_default_m_follows_suffix_length() -> None:
     assert default_m(4) == 1e-2 and default_m(50) == 1e-4
 

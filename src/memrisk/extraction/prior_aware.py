@@ -155,14 +155,16 @@ def calibrate(
 
 def _prior_aware(
     lm: LanguageModel, prefixes: list[list[int]], suffixes: list[list[int]], bank: PrefixBank, trials: int,
-    policy: DecodingPolicy, documents: Sequence[str | None] | None, progress: bool,
+    policy: DecodingPolicy, documents: Sequence[str | None] | None, progress: bool, log_p: np.ndarray | None = None,
 ) -> list[tuple[float, float, float, tuple[float, ...], int]]:
-    """(log ratio, log P(s|p), log v̂ pooled, log v̂ per trial, prefixes used) for each target."""
+    """(log ratio, log P(s|p), log v̂ pooled, log v̂ per trial, prefixes used) for each target; log P(s|p) is
+    teacher-forced here unless given."""
     if trials < 1 or len(bank) < trials:
         raise MemriskError(f"need 1 <= trials <= bank size; got trials={trials} with {len(bank)} bank prefixes")
     per_trial = len(bank) // trials
     used = per_trial * trials
-    log_p = verbatim_scores(lm, prefixes, suffixes, policy).log_p[:, 0]
+    if log_p is None:
+        log_p = verbatim_scores(lm, prefixes, suffixes, policy).log_p[:, 0]
     matrix = bank_log_probs(lm, bank, suffixes, policy, progress=progress)[:, :used]
     bank_docs = np.array([d if d is not None else "" for d in bank.documents[:used]], dtype=object)
     out = []
@@ -188,6 +190,7 @@ def prior_aware(
     policy: DecodingPolicy = FULL_DISTRIBUTION,
     documents: Sequence[str | None] | None = None,
     generic_sequences: Sequence[str] | None = None,
+    log_p: Sequence[float] | None = None,
     progress: bool = False,
 ) -> PriorAwareScores:
     """Prior-aware memorization of every (prefix, suffix) against a bank of random prefixes.
@@ -196,9 +199,14 @@ def prior_aware(
     `m` defaults by suffix length (PA §4.4); `n='calibrate'` computes it from generic sequences
     (PA Appendix B, or `generic_sequences`). With `documents` (the target's document id per
     example), bank prefixes drawn from the target's own document are left out of its prior.
+    `log_p`, each target's log P(s|p) under `policy`, spares a teacher-forced pass where the caller already ran one.
     """
     lm = as_model(model)
     prefix_ids, suffix_ids = prefix_suffix_pairs(lm, prefixes, suffixes)
+    if log_p is not None:
+        log_p = np.asarray(log_p, dtype=np.float64)
+        if log_p.shape != (len(prefix_ids),):
+            raise MemriskError(f"log_p needs one log-probability per example: got shape {log_p.shape} for {len(prefix_ids)} examples")
     bank = prefix_bank if isinstance(prefix_bank, PrefixBank) else PrefixBank.from_token_lists(as_token_lists(lm, prefix_bank, "prefix_bank"))
     if documents is not None and len(documents) != len(prefix_ids):
         raise MemriskError(f"got {len(documents)} document ids for {len(prefix_ids)} examples")
@@ -212,7 +220,7 @@ def prior_aware(
         n = calibration.n
     if isinstance(n, str) or not n >= 0:
         raise MemriskError(f"n must be a number >= 0 or 'calibrate', got {n!r}")
-    scored = _prior_aware(lm, prefix_ids, suffix_ids, bank, trials, policy, documents, progress)
+    scored = _prior_aware(lm, prefix_ids, suffix_ids, bank, trials, policy, documents, progress, log_p)
     log_m = math.log(m) if m > 0 else float("-inf")
     log_n = math.log(n) if n > 0 else float("-inf")
     results = []

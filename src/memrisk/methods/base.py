@@ -17,6 +17,7 @@ import numpy as np
 
 from memrisk.data.sources import Document
 from memrisk.data.windows import Example
+from memrisk.decoding import DecodingPolicy
 from memrisk.extraction.probabilistic import VerbatimScores, verbatim_scores
 from memrisk.methods.shared import SharedPasses, settings_key, timed
 from memrisk.models.backend import LanguageModel
@@ -57,6 +58,9 @@ class Chunk:
     """Results other cells of a study computed for the same windows (a fresh, empty one in a single run)."""
     moments: bool = False
     """Whether a configured method reads the teacher-forcing pass's Min-K%++ moments (`RunMethod.reads_moments`)."""
+    read_policies: tuple[DecodingPolicy, ...] = ()
+    """Policies the configured methods read from the teacher-forcing pass besides the configured ones
+    (`RunMethod.reads_policies`), so that the pass scores them too."""
 
     @cached_property
     def key(self) -> tuple:
@@ -80,15 +84,24 @@ class Chunk:
         return [bos + len(p) + len(s) for p, s in zip(self.prefixes, self.suffixes)]
 
     @cached_property
-    def teacher_forcing(self) -> tuple[VerbatimScores, float]:
-        """Teacher forcing of every suffix under every configured policy ((n,p) paper §3, eq. 1), and its wall time;
-        one pass covers the policies of every cell that shares it, and each policy's scores are its own."""
-        policies = [p.policy() for p in self.config.policies]
-        covered = self.passes.covering(policies)
+    def _teacher_forcing_pass(self) -> tuple[VerbatimScores, float]:
+        """The chunk's one teacher-forced pass and its wall time: every configured policy, every policy a method reads
+        and those of the cells that share it, each policy's scores its own ((n,p) paper §3, eq. 1)."""
+        covered = self.passes.covering([*(p.policy() for p in self.config.policies), *self.read_policies])
         moments = self.moments or self.passes.moments
-        scores, seconds = self.passes.get((TEACHER_FORCING, covered, moments, self.key),
-                                          lambda: verbatim_scores(self.lm, self.prefixes, self.suffixes, covered, moments=moments))
-        return scores.select(policies), seconds
+        return self.passes.get((TEACHER_FORCING, covered, moments, self.key),
+                               lambda: verbatim_scores(self.lm, self.prefixes, self.suffixes, covered, moments=moments))
+
+    @cached_property
+    def teacher_forcing(self) -> tuple[VerbatimScores, float]:
+        """Teacher forcing of every suffix under every configured policy, and the pass's wall time."""
+        scores, seconds = self._teacher_forcing_pass
+        return scores.select([p.policy() for p in self.config.policies]), seconds
+
+    def pass_log_p(self, policy: DecodingPolicy) -> np.ndarray:
+        """log p_z of every suffix under `policy` from the teacher-forcing pass (the policy must be configured or one
+        that a configured method reads, `RunMethod.reads_policies`)."""
+        return self._teacher_forcing_pass[0].select([policy]).log_p[:, 0]
 
     @property
     def scores(self) -> VerbatimScores:
@@ -112,6 +125,9 @@ class RunMethod(Protocol):
     reads_moments: bool
     """Whether it reads the teacher-forcing pass's raw log-probabilities and their Min-K%++ moments, which the pass
     computes only when a configured method does."""
+    reads_policies: tuple[DecodingPolicy, ...]
+    """Decoding policies whose p_z it reads from the teacher-forcing pass (`Chunk.pass_log_p`) whether or not the run
+    configures them: the pass scores them too, rather than the method teacher-forcing the windows again."""
 
     def columns(self, config: ExperimentConfig) -> list[str]:
         """The record columns it writes (docs/records.md)."""
@@ -153,6 +169,7 @@ class MethodDefaults:
 
     section: str | None = None
     reads_moments: bool = False
+    reads_policies: tuple[DecodingPolicy, ...] = ()
 
     def rows_per_sequence(self, config: ExperimentConfig) -> int:
         return 1

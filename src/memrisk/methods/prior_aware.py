@@ -10,7 +10,7 @@ import numpy as np
 
 from memrisk.data.bank import PrefixBank
 from memrisk.data.sources import Document
-from memrisk.extraction.prior_aware import PriorAwareResult, calibrate, default_m, prior_aware
+from memrisk.extraction.prior_aware import FULL_DISTRIBUTION, PriorAwareResult, calibrate, default_m, prior_aware
 from memrisk.methods.base import Chunk, Column, MethodDefaults
 from memrisk.methods.probabilistic import finite_stat, log10
 from memrisk.signature import signature
@@ -119,6 +119,7 @@ class PriorAware(MethodDefaults):
 
     name = "prior_aware"
     section = "prior_aware"
+    reads_policies = (FULL_DISTRIBUTION,)
 
     def columns(self, config: ExperimentConfig) -> list[str]:
         return [
@@ -139,7 +140,8 @@ class PriorAware(MethodDefaults):
     def score(self, chunk: Chunk) -> list[dict[str, Any]]:
         config, setup = chunk.config, chunk.setups[self.name]
         own = [f"{e.dataset}/{e.window.doc_id}" for e in chunk.examples] if config.prior_aware.exclude_own_document else None
-        scores = prior_aware(chunk.lm, chunk.prefixes, chunk.suffixes, setup.bank, setup.m, setup.n, trials=config.prior_aware.trials, documents=own)
+        scores = prior_aware(chunk.lm, chunk.prefixes, chunk.suffixes, setup.bank, setup.m, setup.n, trials=config.prior_aware.trials,
+                             documents=own, log_p=chunk.pass_log_p(FULL_DISTRIBUTION))
         bank_rows = scores.prefixes_per_trial * scores.trials
         return [
             prior_aware_record(result) | {"token_evals.prior_aware": evals + bank_rows * len(suffix)}
