@@ -230,8 +230,9 @@ def repeated_windows(lm: memrisk.LanguageModel, count: int) -> tuple[list[list[i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--windows", type=int, default=8, help="windows per figure, also the batch in sequences (default 8, the least that issue 21's CBS goals ask for; "
-                        "16 takes twice as long, and its 320-row decode steps multiply nearer the peak)")
+    parser.add_argument("--windows", type=int, default=8,
+                        help="windows per figure, also the batch in sequences (default 8, the fewest the CBS goals ask for; "
+                             "16 takes twice as long, and its 320-row decode steps multiply nearer the peak)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--matmul", choices=(*linears.MATMUL_LIBRARIES, "both"), default="both",
                         help="the CPU library of the linear layers' products to measure (default both)")
