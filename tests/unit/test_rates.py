@@ -56,6 +56,7 @@ def test_stable_for_log_p_down_to_minus_ten_thousand() -> None:
 
 @given(st.floats(-1e4, 0.0), st.sampled_from([0.1, 0.5, 0.9, 0.999]))
 @example(-31.0, 0.999)  # p_reached gives 0.999 exactly at four successive n
+@example(-255.0, 0.999)  # past 2**52: the rounded-up real n gave 0.99899999…
 def test_threshold_and_n_required_agree(log_pz: float, p: float) -> None:
     n = n_required(log_pz, p)
     if math.isfinite(n):

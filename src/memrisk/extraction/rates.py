@@ -16,6 +16,9 @@ from memrisk.errors import MemriskError
 
 DEFAULT_P_GRID = (0.1, 0.5, 0.9, 0.999)
 DEFAULT_N_GRID = tuple(int(n) for n in np.unique(np.round(np.logspace(0, 6, 25))))
+BEYOND_STEPS = 64
+"""Most float64 steps `n_required` takes past 2⁵² (the product n·log(1 − p_z) is off by a few ulps at most there, since
+n is finite only where p_z is a normal float64)."""
 
 
 def log1mexp(x: np.ndarray) -> np.ndarray:
@@ -52,8 +55,9 @@ def n_required(log_pz: np.ndarray, p: float) -> np.ndarray:
     """Smallest integer n with 1 − (1 − p_z)^n ≥ p as `p_reached` computes it; inf when p_z = 0 (or n overflows
     float64). Near p, `p_reached` rises by p_z·(1 − p) per generation, which can be less than float64's spacing there
     (at p_z = e⁻³¹, p = 0.999, four successive n give 0.999 exactly), so the rounded-up real n is refined by
-    bisection between bounds 10⁻⁹ (relative) either side of it; past 2⁵² generations, where float64 no longer counts
-    every integer, the rounded-up real n stands."""
+    bisection between bounds 10⁻⁹ (relative) either side of it. Past 2⁵² generations float64 no longer counts every
+    integer, and the rounded-up real n can fall an ulp or two short (p_z = e⁻²⁵⁵, p = 0.999: 0.99899999…); it is
+    stepped up a float64 at a time (each an integer there) until `p_reached` reaches p."""
     log_pz = np.asarray(log_pz, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         n = np.ceil(np.exp(log_n_required(log_pz, p)))
@@ -67,7 +71,15 @@ def n_required(log_pz: np.ndarray, p: float) -> np.ndarray:
         middle = np.floor((low + high) / 2.0)
         enough = p_reached(log_pz, middle) >= p
         high, low = np.where(counted & enough, middle, high), np.where(counted & ~enough, middle, low)
-    return np.where(counted, high, n)
+    n = np.where(counted, high, n)
+    beyond = np.isfinite(n) & (n >= 2.0**52)
+    for _ in range(BEYOND_STEPS):
+        short = beyond & (p_reached(log_pz, n) < p)
+        if not bool(short.any()):
+            break
+        n = np.where(short, np.nextafter(n, np.inf), n)
+    return n
+
 
 
 def log_threshold(n: float | np.ndarray, p: float) -> np.ndarray:
