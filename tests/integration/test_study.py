@@ -96,6 +96,23 @@ def test_a_cell_that_reads_no_moments_shares_the_pass_that_computes_them(tmp_pat
     assert "mia.min_k_pp" in records(tmp_path / "out" / "cells" / membership.name)[0]
 
 
+def test_a_cell_without_prior_aware_shares_the_pass_that_scores_its_full_distribution(tmp_path, model_dir) -> None:
+    """Prior-aware reads P(s|p) from the teacher-forcing pass, which then scores the full distribution too; in a study
+    of top-k cells whose second cell has prior-aware, both cells share that one pass, and each cell's records still
+    equal `memrisk run` of its config, bitwise."""
+    base = yaml.safe_load(write_config(tmp_path, model_dir, methods=["probabilistic"], policies=[{"top_k": 3}],
+                                       prior_aware={"prefixes_per_trial": 3, "trials": 2, "n": 1.0}).read_text())
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({"base": base, "grid": {"methods": [["probabilistic"], ["probabilistic", "prior_aware"]]}}))
+    run_study(str(path), tmp_path / "out", progress=False)
+    _, (plain, prior) = load_study(str(path))
+    for cell in (plain, prior):
+        run_experiment(cell.config, tmp_path / "single" / cell.name, progress=False)
+        assert records(tmp_path / "out" / "cells" / cell.name) == records(tmp_path / "single" / cell.name)
+    mine, theirs = wall_times(tmp_path / "out", plain.name), wall_times(tmp_path / "out", prior.name)
+    assert [r["seconds.teacher_forcing"] for r in mine] == [r["seconds.teacher_forcing"] for r in theirs], "one pass"
+
+
 def test_a_rerun_runs_only_the_missing_cells_and_a_changed_study_is_refused(tmp_path, model_dir) -> None:
     study = write_study(tmp_path, model_dir, {"cbs.beam_width": [1, 2]})
     run_study(study, tmp_path / "out", progress=False)
