@@ -81,7 +81,6 @@ def n_required(log_pz: np.ndarray, p: float) -> np.ndarray:
     return n
 
 
-
 def log_threshold(n: float | np.ndarray, p: float) -> np.ndarray:
     """log of the smallest p_z that is (n,p)-extractable: log(−expm1(log1p(−p)/n))."""
     _check_p(p)

@@ -84,10 +84,15 @@ class Chunk:
         return [bos + len(p) + len(s) for p, s in zip(self.prefixes, self.suffixes)]
 
     @cached_property
+    def configured_policies(self) -> list[DecodingPolicy]:
+        """The run's decoding policies, in its config's order."""
+        return [p.policy() for p in self.config.policies]
+
+    @cached_property
     def _teacher_forcing_pass(self) -> tuple[VerbatimScores, float]:
         """The chunk's one teacher-forced pass and its wall time: every configured policy, every policy a method reads
         and those of the cells that share it, each policy's scores its own ((n,p) paper §3, eq. 1)."""
-        covered = self.passes.covering([*(p.policy() for p in self.config.policies), *self.read_policies])
+        covered = self.passes.covering([*self.configured_policies, *self.read_policies])
         moments = self.moments or self.passes.moments
         return self.passes.get((TEACHER_FORCING, covered, moments, self.key),
                                lambda: verbatim_scores(self.lm, self.prefixes, self.suffixes, covered, moments=moments))
@@ -96,7 +101,7 @@ class Chunk:
     def teacher_forcing(self) -> tuple[VerbatimScores, float]:
         """Teacher forcing of every suffix under every configured policy, and the pass's wall time."""
         scores, seconds = self._teacher_forcing_pass
-        return scores.select([p.policy() for p in self.config.policies]), seconds
+        return scores.select(self.configured_policies), seconds
 
     def pass_log_p(self, policy: DecodingPolicy) -> np.ndarray:
         """log p_z of every suffix under `policy` from the teacher-forcing pass (the policy must be configured or one
