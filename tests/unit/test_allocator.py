@@ -27,15 +27,18 @@ def faults():
     torch.ones(40, 2**20)
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
-system = [faults() for _ in range(2)]
-print(system[-1], allocator.keep_freed_memory(), [faults() for _ in range(2)][-1])
+# the fewest faults of the rounds after the first: a round may also grow the heap by a few unrelated 128 KiB blocks
+system = min([faults() for _ in range(4)][1:])
+print(system, allocator.keep_freed_memory(), min([faults() for _ in range(4)][1:]))
 """
 
 
 @pytest.mark.skipif(allocator._glibc() is None, reason="the thresholds are glibc's")
 def test_freed_tensors_are_reused_instead_of_faulted_in_again() -> None:
     """In a fresh process glibc maps the 160 MiB tensor afresh each round (40,960 faults of 4 KiB pages, or 80 of
-    2 MiB where the kernel gives huge pages unasked); once memory is kept, a round reuses the heap's pages."""
+    2 MiB where the kernel gives huge pages unasked); once memory is kept, a round reuses the heap's pages. A round
+    of either kind can also fault in a few blocks of 32 pages that the heap's layout happened to need (seen once in
+    a test run as 64 faults), so each count is the fewest of three rounds, not the last one."""
     env = {k: v for k, v in os.environ.items() if k not in allocator.USER_SETTINGS}
     out = subprocess.run([sys.executable, "-c", ROUNDS, allocator.__file__], env=env, capture_output=True, text=True,
                          check=True)
