@@ -38,13 +38,14 @@ def test_freed_tensors_are_reused_instead_of_faulted_in_again() -> None:
     """In a fresh process glibc maps the 160 MiB tensor afresh each round (40,960 faults of 4 KiB pages, or 80 of
     2 MiB where the kernel gives huge pages unasked); once memory is kept, a round reuses the heap's pages. A round
     of either kind can also fault in a few blocks of 32 pages that the heap's layout happened to need (seen once in
-    a test run as 64 faults), so each count is the fewest of three rounds, not the last one."""
+    a test run as 64 faults), so each count is the fewest of three rounds, and a kept round may fault in at most a
+    sixteenth of what a fresh one does."""
     env = {k: v for k, v in os.environ.items() if k not in allocator.USER_SETTINGS}
     out = subprocess.run([sys.executable, "-c", ROUNDS, allocator.__file__], env=env, capture_output=True, text=True,
                          check=True)
     system, kept, reused = out.stdout.split()
     assert kept == "True"
-    assert int(system) >= 64 > int(reused)
+    assert int(system) >= 64 and int(reused) * 16 <= int(system), (system, reused)
 
 
 def test_a_users_own_allocator_settings_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
