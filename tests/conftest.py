@@ -130,13 +130,14 @@ def other_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_model():
-    """The demo's trained model (cached across runs) and its corpus."""
+    """The demo's trained model (cached across runs), loaded with the demo's batch size, and its corpus."""
     import memrisk
     from memrisk.demo.corpus import build_demo_corpus
+    from memrisk.demo.experiment import DEMO_BATCH_SIZE
     from memrisk.demo.train import train_demo_model
 
     corpus = build_demo_corpus(0)
-    return memrisk.load_model(str(train_demo_model(corpus, progress=False)), batch_size=16), corpus
+    return memrisk.load_model(str(train_demo_model(corpus, progress=False)), batch_size=DEMO_BATCH_SIZE), corpus
 
 
 @pytest.fixture(scope="session")
