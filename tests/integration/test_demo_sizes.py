@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from memrisk import cli
 from memrisk.demo import run as demo_run
-from memrisk.demo.experiment import demo_config, demo_generic
+from memrisk.demo.experiment import DEMO_BATCH_SIZE, OTHER_MODEL_BATCH_SIZE, demo_config, demo_generic
 from memrisk.demo.run import NEXT_STEP
 from memrisk.demo.study import DemoModels, demo_model_name, sizes_study
-from memrisk.demo.train import SIZES, TrainingConfig, skeleton_model, training_config
+from memrisk.demo.train import SIZES, TrainingConfig, skeleton_model, train_demo_model, training_config
 from memrisk.errors import MemriskError
 from memrisk.study import load_study
 from tests.tiny_demo import shrunk_demo, tiny_corpus
@@ -88,6 +89,20 @@ def test_the_study_file_has_the_demos_own_config_for_each_size(tiny_demo) -> Non
         assert [d.name for d in cell.config.datasets] == [
             "planted-x1", "planted-x4", "planted-x16", "planted-x64", "template-x2", "generic-x2", "heldout",
         ]
+
+
+def test_the_demos_own_models_run_a_whole_shard_a_batch_and_any_other_model_sixteen_windows(tiny_demo, model_dir, monkeypatch) -> None:
+    assert (DEMO_BATCH_SIZE, OTHER_MODEL_BATCH_SIZE) == (64, 16)
+    own = {"base": "demo", "grid": {"model.name": ["demo:small", "demo:base"]}}
+    mixed = {"base": "demo", "cells": [{"name": "demo", "set": {"model.name": "demo:small"}}, {"name": "other", "set": {"model.name": str(model_dir)}}]}
+    assert [cell.config.model.batch_size for cell in load_study(own, DemoModels(0).prepare)[1]] == [64, 64]
+    assert [cell.config.model.batch_size for cell in load_study(mixed, DemoModels(0).prepare)[1]] == [16, 16]
+    monkeypatch.setattr(demo_run, "build_demo_corpus", tiny_corpus)
+    monkeypatch.setattr(demo_run, "write_report", lambda folders: folders[0] / "report.html")
+    trained = train_demo_model(tiny_corpus(0), progress=False, config=training_config("small"))
+    for model, out, batch_size in ((None, "own", 64), (str(trained), "given", 16)):
+        demo_run.run_demo(tiny_demo / out, model=model, progress=False)
+        assert yaml.safe_load((tiny_demo / out / "config.yaml").read_text())["model"]["batch_size"] == batch_size
 
 
 def test_dry_run_builds_skeletons_and_trains_nothing(tiny_demo, capsys) -> None:

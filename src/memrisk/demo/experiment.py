@@ -12,9 +12,13 @@ from memrisk.demo.corpus import DemoCorpus, generic_documents, training_corpus_f
 from memrisk.models.backend import LanguageModel
 
 DEMO_BATCH_SIZE = defaults.SHARD_SIZE
-"""Windows a batch: every window of a shard, the runner's unit of work. The demo model is small enough for CBS's 64 × 21
-rows a decode step, and its forwards of few rows are mostly fixed cost: against 16 windows a batch, greedy decoding takes
-0.6× and CBS 0.8× the time, with the same records but for CBS's bounds at float32 rounding (docs/performance.md)."""
+"""Windows a batch for the demo's own models: every window of a shard, the runner's unit of work. They are small enough
+for CBS's 64 × 21 rows a decode step, and their forwards of few rows are mostly fixed cost: against 16 windows a batch,
+greedy decoding takes 0.6× and CBS 0.8× the time, with the same records but for CBS's floats at float32 rounding
+(docs/performance.md)."""
+OTHER_MODEL_BATCH_SIZE = 16
+"""Windows a batch for any other model measured on the demo's experiment (`memrisk demo --model`, a `base: demo` study
+with such a model): as the demo has always run them, since a pretrained model's KV cache for 64 × 21 rows is gigabytes."""
 DEMO_POLICIES = [{"top_k": 40}, {"name": "full"}]
 DEMO_GENERIC_WINDOWS = 16
 # n is calibrated on simple sentences of the demo model's own domain (reference-documentation
@@ -45,9 +49,11 @@ DEMO_PRIOR_AWARE = {
 }
 
 
-def demo_config(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None) -> ExperimentConfig:
+def demo_config(
+    corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None, batch_size: int = DEMO_BATCH_SIZE,
+) -> ExperimentConfig:
     """The demo's experiment, validated (see `demo_settings`)."""
-    return parse_config(demo_settings(corpus, model, generic, gguf_file))
+    return parse_config(demo_settings(corpus, model, generic, gguf_file, batch_size))
 
 
 def demo_generic(corpus: DemoCorpus, lm: LanguageModel) -> list[str]:
@@ -60,11 +66,14 @@ def write_demo_corpus(corpus: DemoCorpus) -> None:
     write_training_corpus(corpus, cache_root() / DEMO_CORPUS_FOLDER)
 
 
-def demo_settings(corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None) -> dict[str, Any]:
+def demo_settings(
+    corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None, batch_size: int = DEMO_BATCH_SIZE,
+) -> dict[str, Any]:
     """The demo's experiment as a config mapping: one dataset per duplication count, the template passages (slot
     words vary across copies), the generic sentence after each of its contexts (`generic`, from `demo_generic`),
     and the held-out control; the training corpus (`write_demo_corpus` writes it before a run) is indexed, so every
-    window gets its real count in it."""
+    window gets its real count in it. `batch_size`: DEMO_BATCH_SIZE for the demo's own models, else
+    OTHER_MODEL_BATCH_SIZE."""
     copies = sorted({p.copies for p in corpus.planted})
     datasets: list[dict[str, Any]] = [
         {"name": f"planted-x{c}", "documents": [p.text for p in corpus.planted if p.copies == c], "duplicates": c} for c in copies
@@ -73,7 +82,7 @@ def demo_settings(corpus: DemoCorpus, model: str, generic: list[str], gguf_file:
     datasets.append({"name": f"generic-x{len(generic)}", "documents": generic})
     datasets.append({"name": "heldout", "documents": list(corpus.heldout), "role": "control"})
     return {
-        "model": {"name": model, "gguf_file": gguf_file, "batch_size": DEMO_BATCH_SIZE},
+        "model": {"name": model, "gguf_file": gguf_file, "batch_size": batch_size},
         "datasets": datasets,
         "windows": {"mode": "doc", "prefix_length": 50, "suffix_length": 50},
         "policies": DEMO_POLICIES,

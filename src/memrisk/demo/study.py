@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerFast
 from memrisk.config import ExperimentConfig, read_yaml_mapping, validated
 from memrisk.demo.corpus import DemoCorpus, build_demo_corpus
 from memrisk.demo.counterfactual import COUNTERFACTUAL_BASE, CounterfactualModels
-from memrisk.demo.experiment import demo_generic, demo_settings, write_demo_corpus
+from memrisk.demo.experiment import DEMO_BATCH_SIZE, OTHER_MODEL_BATCH_SIZE, demo_generic, demo_settings, write_demo_corpus
 from memrisk.demo.train import (
     DEFAULT_SIZE, cached_model_dir, skeleton_model, train_demo_model, train_tokenizer, training_config,
 )
@@ -90,16 +90,17 @@ class DemoModels:
         return cls(validated(DemoOptions, data.get("demo") or {}, "study section demo").seed, progress)
 
     def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
-        """The study mapping with `base: demo` replaced by the demo's experiment and its `demo:` section dropped."""
+        """The study mapping with `base: demo` replaced by the demo's experiment and its `demo:` section dropped; its
+        batch is the demo's own models' unless the grid or a cell names another model."""
         if data.get("base") != DEMO_BASE:
             if "demo" in data:
                 raise MemriskError("the study section demo: applies only with base: demo")
             return data
-        for name in _model_names(data):
-            demo_size(name)
+        own = all(demo_size(name) is not None for name in _model_names(data))
         corpus = demo_corpus(self.seed)
         lm, _ = self.skeleton(demo_model_name(DEFAULT_SIZE), None, None)
-        base = demo_settings(corpus, demo_model_name(DEFAULT_SIZE), demo_generic(corpus, lm))
+        batch_size = DEMO_BATCH_SIZE if own else OTHER_MODEL_BATCH_SIZE
+        base = demo_settings(corpus, demo_model_name(DEFAULT_SIZE), demo_generic(corpus, lm), batch_size=batch_size)
         return {key: value for key, value in data.items() if key != "demo"} | {"base": base}
 
     def load(self, config: ExperimentConfig) -> LanguageModel:
