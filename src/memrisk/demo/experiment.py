@@ -49,6 +49,12 @@ DEMO_PRIOR_AWARE = {
 }
 
 
+def demo_batch_size(own_models: bool) -> int:
+    """The demo experiment's windows a batch: DEMO_BATCH_SIZE when every model is one of the demo's own, else
+    OTHER_MODEL_BATCH_SIZE."""
+    return DEMO_BATCH_SIZE if own_models else OTHER_MODEL_BATCH_SIZE
+
+
 def demo_config(
     corpus: DemoCorpus, model: str, generic: list[str], gguf_file: str | None = None, batch_size: int = DEMO_BATCH_SIZE,
 ) -> ExperimentConfig:
@@ -72,8 +78,7 @@ def demo_settings(
     """The demo's experiment as a config mapping: one dataset per duplication count, the template passages (slot
     words vary across copies), the generic sentence after each of its contexts (`generic`, from `demo_generic`),
     and the held-out control; the training corpus (`write_demo_corpus` writes it before a run) is indexed, so every
-    window gets its real count in it. `batch_size`: DEMO_BATCH_SIZE for the demo's own models, else
-    OTHER_MODEL_BATCH_SIZE."""
+    window gets its real count in it. `batch_size`: `demo_batch_size`'s."""
     copies = sorted({p.copies for p in corpus.planted})
     datasets: list[dict[str, Any]] = [
         {"name": f"planted-x{c}", "documents": [p.text for p in corpus.planted if p.copies == c], "duplicates": c} for c in copies

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memrisk.demo.corpus import build_demo_corpus
-from memrisk.demo.experiment import DEMO_BATCH_SIZE, OTHER_MODEL_BATCH_SIZE, demo_config, demo_generic, write_demo_corpus
+from memrisk.demo.experiment import demo_batch_size, demo_config, demo_generic, write_demo_corpus
 from memrisk.demo.study import DemoModels, demo_model_name, sizes_study
 from memrisk.demo.train import DEFAULT_SIZE, train_demo_model, training_config
 from memrisk.lock import locked_folder
@@ -41,7 +41,7 @@ def run_demo(
     started = time.monotonic()
     training = training_config(size)
     corpus = build_demo_corpus(seed)
-    batch_size = DEMO_BATCH_SIZE if model is None else OTHER_MODEL_BATCH_SIZE
+    batch_size = demo_batch_size(own_models=model is None)
     if model is None:
         print(f"memrisk demo: {len(corpus.training_documents)} training documents, "
               f"{len(corpus.planted)} planted passages, {len(corpus.heldout)} held out")

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerFast
 from memrisk.config import ExperimentConfig, read_yaml_mapping, validated
 from memrisk.demo.corpus import DemoCorpus, build_demo_corpus
 from memrisk.demo.counterfactual import COUNTERFACTUAL_BASE, CounterfactualModels
-from memrisk.demo.experiment import DEMO_BATCH_SIZE, OTHER_MODEL_BATCH_SIZE, demo_generic, demo_settings, write_demo_corpus
+from memrisk.demo.experiment import demo_batch_size, demo_generic, demo_settings, write_demo_corpus
 from memrisk.demo.train import (
     DEFAULT_SIZE, cached_model_dir, skeleton_model, train_demo_model, train_tokenizer, training_config,
 )
@@ -99,8 +99,7 @@ class DemoModels:
         own = all(demo_size(name) is not None for name in _model_names(data))
         corpus = demo_corpus(self.seed)
         lm, _ = self.skeleton(demo_model_name(DEFAULT_SIZE), None, None)
-        batch_size = DEMO_BATCH_SIZE if own else OTHER_MODEL_BATCH_SIZE
-        base = demo_settings(corpus, demo_model_name(DEFAULT_SIZE), demo_generic(corpus, lm), batch_size=batch_size)
+        base = demo_settings(corpus, demo_model_name(DEFAULT_SIZE), demo_generic(corpus, lm), batch_size=demo_batch_size(own))
         return {key: value for key, value in data.items() if key != "demo"} | {"base": base}
 
     def load(self, config: ExperimentConfig) -> LanguageModel:
