@@ -116,7 +116,8 @@ def _visible_ids(driver: Any) -> list[str]:
         ".map(c => c.innerText)")
 
 
-def _wait(condition: Any, timeout: float = 5.0) -> Any:
+def _wait(condition: Any, timeout: float = 20.0) -> Any:
+    """`condition()` once it is truthy, or its last value after `timeout` s (generous: CI's browser shares two busy cores)."""
     deadline = time.monotonic() + timeout
     while not (value := condition()) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -156,6 +157,7 @@ def test_the_explorer_filters_opens_a_window_and_follows_a_shared_link_offline(t
     assert section.find_element(By.CSS_SELECTOR, ".explorer-count").text == f"{len(expected)} of {len(ids)} windows"
     keep_screenshot(browser, "explorer-3-filtered")
     distance.send_keys("\b")
+    assert _wait(lambda: _visible_ids(browser) == ids), "the filter let go: every row is drawn again before the click"
 
     row = _wait(lambda: [r for r in section.find_elements(By.CSS_SELECTOR, ".tabulator-row") if r.text.startswith(ids[2])])
     row[0].click()
