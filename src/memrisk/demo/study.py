@@ -82,21 +82,26 @@ class DemoModels:
 
     seed: int = 0
     progress: bool = True
+    base_model: str | None = None
+    """The model `--set model.name=…` gives the study's base (None: the demo's own)."""
 
     @classmethod
-    def of(cls, study: str | Path | dict[str, Any], progress: bool = True) -> DemoModels:
-        """The hooks for a study (YAML path or mapping), with the seed of its `demo:` section."""
+    def of(cls, study: str | Path | dict[str, Any], progress: bool = True, overrides: dict[str, Any] | None = None) -> DemoModels:
+        """The hooks for a study (YAML path or mapping), with the seed of its `demo:` section and the model that
+        `overrides` (as `memrisk study --set` gives them) name."""
         data = study if isinstance(study, dict) else read_yaml_mapping(study, "base, grid")
-        return cls(validated(DemoOptions, data.get("demo") or {}, "study section demo").seed, progress)
+        seed = validated(DemoOptions, data.get("demo") or {}, "study section demo").seed
+        return cls(seed, progress, (overrides or {}).get(MODEL_KEY))
 
     def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
         """The study mapping with `base: demo` replaced by the demo's experiment and its `demo:` section dropped; its
-        batch is the demo's own models' unless the grid or a cell names another model."""
+        batch is the demo's own models' unless the grid, a cell or `--set` names another model."""
         if data.get("base") != DEMO_BASE:
             if "demo" in data:
                 raise MemriskError("the study section demo: applies only with base: demo")
             return data
-        own = all(demo_size(name) is not None for name in _model_names(data))
+        named = _model_names(data) + ([self.base_model] if isinstance(self.base_model, str) else [])
+        own = all(demo_size(name) is not None for name in named)
         corpus = demo_corpus(self.seed)
         lm, _ = self.skeleton(demo_model_name(DEFAULT_SIZE), None, None)
         base = demo_settings(corpus, demo_model_name(DEFAULT_SIZE), demo_generic(corpus, lm), batch_size=demo_batch_size(own))
@@ -140,12 +145,14 @@ def _model_names(data: dict[str, Any]) -> list[str]:
     return [name for name in names if isinstance(name, str)]
 
 
-def study_models(study: str | Path | dict[str, Any], progress: bool = True) -> DemoModels | CounterfactualModels:
+def study_models(
+    study: str | Path | dict[str, Any], progress: bool = True, overrides: dict[str, Any] | None = None,
+) -> DemoModels | CounterfactualModels:
     """The hooks a study's named base needs: `base: pa-counterfactual`'s, else the demo's (which pass any other base
-    and model through unchanged)."""
+    and model through unchanged); `overrides` are the `--set` changes the study will run with."""
     data = study if isinstance(study, dict) else read_yaml_mapping(study, "base, grid")
     if data.get("base") == COUNTERFACTUAL_BASE:
         return CounterfactualModels.of(data, progress)
     if COUNTERFACTUAL_BASE in data:
         raise MemriskError(f"the study section {COUNTERFACTUAL_BASE}: applies only with base: {COUNTERFACTUAL_BASE}")
-    return DemoModels.of(data, progress)
+    return DemoModels.of(data, progress, overrides)
