@@ -66,7 +66,7 @@ def _study(args: argparse.Namespace) -> None:
 
     out = Path(args.out) if args.out else Path("studies-out") / Path(args.study).stem
     overrides = dict(args.set)
-    models = study_models(args.study, overrides=overrides)
+    models = study_models(args.study)
     if args.dry_run:
         _, cells = load_study(args.study, models.prepare, overrides)
         print(f"{len(cells)} cells into {out}/:")

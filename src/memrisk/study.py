@@ -44,8 +44,9 @@ from memrisk.runner import build_examples, fitting_batch_size, load_documents, l
 from memrisk.store import RecordStore, refuse_changed_settings, remove_temporary_files
 from memrisk.summary import TOKEN_EVALS
 
-Prepare = Callable[[dict[str, Any]], dict[str, Any]]
-"""A study YAML's mapping rewritten before it is validated (e.g. a named base replaced by its config)."""
+Prepare = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+"""A study YAML's mapping rewritten before it is validated (e.g. a named base replaced by its config), given the
+overrides (dotted keys) the study will run with."""
 Skeleton = Callable[[str, str | None, str | None], tuple[LanguageModel, int]]
 """A model's weightless skeleton and parameter count from its name, revision and GGUF file (as `skeleton`)."""
 
@@ -165,7 +166,7 @@ def load_study(
     study; `overrides` (dotted keys) change its base before the cells do."""
     data = source if isinstance(source, dict) else read_yaml_mapping(source, "base, grid")
     base_dir = Path.cwd() if isinstance(source, dict) else Path(source).parent
-    study = validated(StudyConfig, prepare(data) if prepare else data, "study")
+    study = validated(StudyConfig, prepare(data, overrides or {}) if prepare else data, "study")
     return study, study_cells(study, base_dir, overrides)
 
 

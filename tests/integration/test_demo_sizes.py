@@ -14,7 +14,7 @@ from memrisk import cli
 from memrisk.demo import run as demo_run
 from memrisk.demo.experiment import DEMO_BATCH_SIZE, OTHER_MODEL_BATCH_SIZE, demo_config, demo_generic
 from memrisk.demo.run import NEXT_STEP
-from memrisk.demo.study import DemoModels, demo_model_name, sizes_study, study_models
+from memrisk.demo.study import DemoModels, demo_model_name, sizes_study
 from memrisk.demo.train import SIZES, TrainingConfig, skeleton_model, train_demo_model, training_config
 from memrisk.errors import MemriskError
 from memrisk.study import load_study
@@ -100,7 +100,7 @@ def test_the_demos_own_models_run_a_whole_shard_a_batch_and_any_other_model_sixt
     plain = {"base": "demo", "grid": {"windows.limit": [1, 2]}}
     for name, batch_size in ((str(model_dir), 16), ("demo:small", 64)):
         overrides = {"model.name": name}
-        cells = load_study(plain, study_models(plain, overrides=overrides).prepare, overrides)[1]
+        cells = load_study(plain, DemoModels(0).prepare, overrides)[1]
         assert [(c.config.model.name, c.config.model.batch_size) for c in cells] == [(name, batch_size)] * 2, "--set model.name"
     monkeypatch.setattr(demo_run, "build_demo_corpus", tiny_corpus)
     monkeypatch.setattr(demo_run, "write_report", lambda folders: folders[0] / "report.html")

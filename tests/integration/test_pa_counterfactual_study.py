@@ -66,7 +66,7 @@ def test_bad_settings_are_one_clear_error(cache) -> None:
     with pytest.raises(MemriskError, match="applies only with base: pa-counterfactual"):
         study_models({"base": {"model": {"name": "x"}}, COUNTERFACTUAL_BASE: {}})
     with pytest.raises(MemriskError, match="makes its cells"):
-        CounterfactualModels().prepare({"base": COUNTERFACTUAL_BASE, "cells": [{"name": "a"}]})
+        CounterfactualModels().prepare({"base": COUNTERFACTUAL_BASE, "cells": [{"name": "a"}]}, {})
     with pytest.raises(MemriskError, match=r"seed\{S\}-exact\{E\}-near\{N\}, got 'exact2'"):
         parse_model_name("exact2")
     assert isinstance(study_models({"base": {"model": {"name": "x"}}}), DemoModels)

@@ -212,8 +212,9 @@ class CounterfactualModels:
     def corpus(self) -> CounterfactualCorpus:
         return CounterfactualCorpus(self.options)
 
-    def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
-        """The study mapping with `base: pa-counterfactual` replaced by the experiment and one cell per model."""
+    def prepare(self, data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+        """The study mapping with `base: pa-counterfactual` replaced by the experiment and one cell per model (each
+        cell names its model, so `overrides` change nothing here)."""
         if "cells" in data:
             raise MemriskError("a base: pa-counterfactual study makes its cells (one per model); leave out cells:")
         kept = {key: value for key, value in data.items() if key != COUNTERFACTUAL_BASE}

@@ -82,25 +82,21 @@ class DemoModels:
 
     seed: int = 0
     progress: bool = True
-    base_model: str | None = None
-    """The model `--set model.name=…` gives the study's base (None: the demo's own)."""
 
     @classmethod
-    def of(cls, study: str | Path | dict[str, Any], progress: bool = True, overrides: dict[str, Any] | None = None) -> DemoModels:
-        """The hooks for a study (YAML path or mapping), with the seed of its `demo:` section and the model that
-        `overrides` (as `memrisk study --set` gives them) name."""
+    def of(cls, study: str | Path | dict[str, Any], progress: bool = True) -> DemoModels:
+        """The hooks for a study (YAML path or mapping), with the seed of its `demo:` section."""
         data = study if isinstance(study, dict) else read_yaml_mapping(study, "base, grid")
-        seed = validated(DemoOptions, data.get("demo") or {}, "study section demo").seed
-        return cls(seed, progress, (overrides or {}).get(MODEL_KEY))
+        return cls(validated(DemoOptions, data.get("demo") or {}, "study section demo").seed, progress)
 
-    def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
+    def prepare(self, data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         """The study mapping with `base: demo` replaced by the demo's experiment and its `demo:` section dropped; its
-        batch is the demo's own models' unless the grid, a cell or `--set` names another model."""
+        batch is the demo's own models' unless the grid, a cell or `overrides` (`--set model.name=…`) names another model."""
         if data.get("base") != DEMO_BASE:
             if "demo" in data:
                 raise MemriskError("the study section demo: applies only with base: demo")
             return data
-        named = _model_names(data) + ([self.base_model] if isinstance(self.base_model, str) else [])
+        named = _model_names(data) + [name for name in [overrides.get(MODEL_KEY)] if isinstance(name, str)]
         own = all(demo_size(name) is not None for name in named)
         corpus = demo_corpus(self.seed)
         lm, _ = self.skeleton(demo_model_name(DEFAULT_SIZE), None, None)
@@ -145,14 +141,12 @@ def _model_names(data: dict[str, Any]) -> list[str]:
     return [name for name in names if isinstance(name, str)]
 
 
-def study_models(
-    study: str | Path | dict[str, Any], progress: bool = True, overrides: dict[str, Any] | None = None,
-) -> DemoModels | CounterfactualModels:
+def study_models(study: str | Path | dict[str, Any], progress: bool = True) -> DemoModels | CounterfactualModels:
     """The hooks a study's named base needs: `base: pa-counterfactual`'s, else the demo's (which pass any other base
-    and model through unchanged); `overrides` are the `--set` changes the study will run with."""
+    and model through unchanged)."""
     data = study if isinstance(study, dict) else read_yaml_mapping(study, "base, grid")
     if data.get("base") == COUNTERFACTUAL_BASE:
         return CounterfactualModels.of(data, progress)
     if COUNTERFACTUAL_BASE in data:
         raise MemriskError(f"the study section {COUNTERFACTUAL_BASE}: applies only with base: {COUNTERFACTUAL_BASE}")
-    return DemoModels.of(data, progress, overrides)
+    return DemoModels.of(data, progress)
