@@ -96,8 +96,7 @@ class DemoModels:
             if "demo" in data:
                 raise MemriskError("the study section demo: applies only with base: demo")
             return data
-        named = _model_names(data) + [name for name in [overrides.get(MODEL_KEY)] if isinstance(name, str)]
-        own = all(demo_size(name) is not None for name in named)
+        own = all(demo_size(name) is not None for name in _model_names(data, overrides))
         corpus = demo_corpus(self.seed)
         lm, _ = self.skeleton(demo_model_name(DEFAULT_SIZE), None, None)
         base = demo_settings(corpus, demo_model_name(DEFAULT_SIZE), demo_generic(corpus, lm), batch_size=demo_batch_size(own))
@@ -130,10 +129,11 @@ class DemoModels:
         return LanguageModel(model, tokenizer, name=name), sum(p.numel() for p in model.parameters())
 
 
-def _model_names(data: dict[str, Any]) -> list[str]:
-    """The model names a study mapping's grid and named cells set."""
+def _model_names(data: dict[str, Any], overrides: dict[str, Any]) -> list[str]:
+    """The model names a study mapping's overrides (`--set`), grid and named cells set."""
     grid = data.get("grid") if isinstance(data.get("grid"), dict) else {}
-    names = list(grid.get(MODEL_KEY) or [])
+    names = [overrides[MODEL_KEY]] if MODEL_KEY in overrides else []
+    names += list(grid.get(MODEL_KEY) or [])
     for cell in data.get("cells") or []:
         changes = cell.get("set") if isinstance(cell, dict) else None
         if isinstance(changes, dict) and MODEL_KEY in changes:
