@@ -4,7 +4,9 @@
 
 k-CBS (Algorithm 1, B = 20, top-k 40) and transformers' `generate(num_beams=20)` decode the same 50 + 50-token windows
 of SmolLM2-135M-Instruct (as `table.py`); each is timed without the profiler (best of three) and profiled once more
-(torch.profiler) for its kernel count and the kernels' summed device time. A GPU busy for a small share of the wall
+(torch.profiler) for its kernel count and the kernels' summed device time. The searches run with either prefix
+cache (`model.prefix_cache`: "per_row", the default on a GPU, and "shared", the CPU's), and CBS as the table runs it
+(Levenshtein ε = 5, anchored) beside k-CBS. A GPU busy for a small share of the wall
 time is bound by launching kernels and the host's Python, not by its arithmetic or its memory: the roofline's terms
 (docs/performance.md, GPU) then do not limit the search. `--compile` also times k-CBS with `load_model(compile=True)`.
 """
@@ -74,7 +76,16 @@ def main() -> None:
                               min_new_tokens=NEW_TOKENS, do_sample=False, early_stopping=False, length_penalty=0.0,
                               pad_token_id=lm.eos_token_id)
 
-    print("  " + busy_line("k-CBS", k_cbs(lm), NEW_TOKENS), flush=True)
+    def levenshtein_cbs() -> object:
+        return memrisk.cbs(lm, prefixes, suffixes, TOP_K, beam_width=BEAMS, prune="levenshtein", epsilon=5,
+                           batch_size=args.windows)
+
+    for cache in ("per_row", "shared"):  # "auto", the default, is per_row on a GPU (shared_prefix.chosen)
+        lm.use_prefix_cache(cache)
+        print("  " + busy_line(f"k-CBS, prefix_cache {cache}", k_cbs(lm), NEW_TOKENS), flush=True)
+        print("  " + busy_line(f"CBS (Levenshtein, eps = 5, anchored), prefix_cache {cache}", levenshtein_cbs, NEW_TOKENS),
+              flush=True)
+    lm.use_prefix_cache("auto")
     print("  " + busy_line(f"generate(num_beams={BEAMS})", generate, NEW_TOKENS), flush=True)
     if args.compile:
         compiled = memrisk.load_model("smollm2", batch_size=args.windows, device="cuda", compile=True)

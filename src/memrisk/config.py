@@ -51,6 +51,10 @@ class ModelConfig(_Strict):
     matmul: Literal["blas", "onednn"] = defaults.MATMUL
     """The CPU library of the linear layers' products: torch's own BLAS, or oneDNN (faster where BLAS leaves AVX-512
     unused; numbers agree to float32 rounding, like another thread count)."""
+    prefix_cache: Literal["auto", "shared", "per_row"] = defaults.PREFIX_CACHE
+    """How rows after one prefix (beams, samples, bank targets) hold its keys and values: read in place ("shared"), or
+    copied into each row's cache ("per_row"); "auto" shares on the CPU and copies on a GPU, where fewer kernel launches
+    win (docs/performance.md, GPU). Numbers agree to the dtype's rounding."""
     shares: int | Literal["auto"] = defaults.SHARES
     """CBS's sequences dealt into this many pools run side by side on CPU, one thread each; "auto": one per thread
     where each pool keeps enough rows (models/shares.py). Often faster on a few cores (docs/performance.md); floats agree
@@ -64,7 +68,7 @@ class ModelConfig(_Strict):
         raise ValueError(f"{info.field_name} must be a positive integer or 'auto', got {value!r}")
 
 
-MODEL_RUNNING_KEYS = ("batch_size", "compile", "device_map", "threads", "matmul", "shares")
+MODEL_RUNNING_KEYS = ("batch_size", "compile", "device_map", "threads", "matmul", "prefix_cache", "shares")
 """ModelConfig keys that say how a model runs, not which results it gives (left out of a run's identity)."""
 
 HUB_KEYS = ("hf", "config", "split", "revision", "streaming")
@@ -391,8 +395,8 @@ class ExperimentConfig(_Strict):
         return next(p for p in self.policies if p.label == (self.cbs.policy or self.policies[0].label))
 
     def identity(self) -> dict[str, Any]:
-        """The settings that change results (batch size, compilation, placement, sharding, threads and the matmul library
-        change them at most by float32 rounding)."""
+        """The settings that change results (batch size, compilation, placement, sharding, threads, the matmul library and
+        the prefix cache change them at most by the dtype's rounding)."""
         data = self.model_dump(mode="json")
         for key in MODEL_RUNNING_KEYS:
             data["model"].pop(key)

@@ -23,4 +23,5 @@ MIA_CONFIDENCE = 0.95  # level of those percentile intervals
 MIA_FPRS = (0.01, 0.001)  # false-positive rates at which the TPR is reported (Carlini et al. 2022's low-FPR regime)
 SHARD_SIZE = 64
 SHARES = 1  # CBS pools run side by side on CPU (models/shares.py); "auto": one per thread, floats may differ at rounding
+PREFIX_CACHE = "auto"  # rows after one prefix read its KV cache in place ("shared") or copy it ("per_row"); "auto": shared on CPU
 MATMUL = "blas"  # the CPU library of the linear layers' products: torch's own; "onednn" agrees to float32 rounding

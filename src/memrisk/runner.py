@@ -171,7 +171,7 @@ def load_run_model(config: ExperimentConfig) -> LanguageModel:
     lm = load_model(
         m.name, revision=m.revision, dtype=m.dtype, device=m.device, gguf_file=m.gguf_file,
         batch_size=1 if m.batch_size == "auto" else m.batch_size, attention=m.attention, compile=m.compile,
-        device_map=m.device_map, matmul=m.matmul,
+        device_map=m.device_map, matmul=m.matmul, prefix_cache=m.prefix_cache,
     )
     if m.batch_size == "auto":
         lm.batch_size = fitting_batch_size(config, lm)

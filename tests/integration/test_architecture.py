@@ -15,7 +15,7 @@ import pytest
 
 import memrisk
 from memrisk import defaults, layout, methods
-from memrisk.config import CBSConfig, ExperimentConfig, PolicyConfig, PriorAwareConfig, WindowConfig, load_config
+from memrisk.config import CBSConfig, ExperimentConfig, ModelConfig, PolicyConfig, PriorAwareConfig, WindowConfig, load_config
 from memrisk.methods.base import MethodDefaults
 from memrisk.runner import run_experiment
 from memrisk.summary import rebuild_summary
@@ -102,6 +102,7 @@ def test_every_default_is_read_from_memrisk_defaults() -> None:
     [policy] = _default(ExperimentConfig, "policies")
     assert policy == PolicyConfig(temperature=defaults.TEMPERATURE, top_k=defaults.TOP_K)
     assert tuple(_default(ExperimentConfig, "methods")) == defaults.METHODS
+    assert _default(ModelConfig, "prefix_cache") == defaults.PREFIX_CACHE == inspect.signature(memrisk.LanguageModel).parameters["prefix_cache"].default
     from memrisk.config import defaults_text
 
     text = defaults_text()

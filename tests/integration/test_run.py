@@ -317,6 +317,17 @@ def test_matmul_setting_reaches_the_model_and_its_provenance(tmp_path, model_dir
         load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "matmul": "mkl"}))
 
 
+def test_prefix_cache_setting_reaches_the_model_and_its_provenance(tmp_path, model_dir) -> None:
+    import memrisk
+    from memrisk.runner import load_run_model
+
+    lm = load_run_model(load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "prefix_cache": "per_row"})))
+    assert lm.prefix_cache == "per_row" and lm.describe()["prefix_cache"] == "per_row"
+    assert load_run_model(load_config(write_config(tmp_path, model_dir))).describe()["prefix_cache"] == "shared"
+    with pytest.raises(memrisk.MemriskError, match="model.prefix_cache"):
+        load_config(write_config(tmp_path, model_dir, model={"name": str(model_dir), "prefix_cache": "paged"}))
+
+
 def test_auto_batch_size_fits_free_memory_and_keeps_the_records(tmp_path, model_dir, monkeypatch) -> None:
     import dataclasses
 

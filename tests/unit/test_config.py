@@ -360,7 +360,8 @@ def test_identity_leaves_out_exactly_the_settings_that_do_not_change_results():
 def test_identity_is_equal_across_placement_and_batching_and_differs_on_results_settings():
     plain = parse_config(BASE).identity()
     placed = parse_config(BASE | {
-        "model": {"name": "m", "batch_size": 1, "compile": True, "device_map": "auto", "threads": 3, "matmul": "onednn"},
+        "model": {"name": "m", "batch_size": 1, "compile": True, "device_map": "auto", "threads": 3, "matmul": "onednn",
+                  "prefix_cache": "per_row"},
         "shard_size": 7, "ray": {"workers": 4},
     }).identity()
     assert placed == plain

@@ -87,6 +87,27 @@ def test_models_with_windowed_or_capped_attention_keep_the_plain_cache() -> None
     assert not memrisk.load_model(windowed).prefill(PREFIXES, shared=True).shared
 
 
+def test_auto_shares_prefixes_on_the_cpu_only_and_a_named_cache_is_kept_on_any_device() -> None:
+    assert shared_prefix.chosen("auto", torch.device("cpu")) == "shared"
+    for device in ("cuda", "cuda:1", "mps"):
+        assert shared_prefix.chosen("auto", torch.device(device)) == "per_row"
+        assert shared_prefix.chosen("shared", torch.device(device)) == "shared"
+    assert shared_prefix.chosen("per_row", torch.device("cpu")) == "per_row"
+    with pytest.raises(memrisk.MemriskError, match="prefix_cache must be one of auto, shared, per_row; got 'paged'"):
+        shared_prefix.chosen("paged", torch.device("cpu"))
+
+
+def test_a_per_row_prefix_cache_decodes_with_the_plain_cache_and_says_so() -> None:
+    lm = memrisk.load_model(tiny_llama(), prefix_cache="per_row")
+    assert not lm.shares_prefixes and not lm.prefill(PREFIXES, shared=True).shared
+    assert lm.describe()["prefix_cache"] == "per_row" and lm.replicas(2)[1].prefix_cache == "per_row"
+    lm.use_prefix_cache("auto")
+    assert lm.shares_prefixes and lm.prefill(PREFIXES, shared=True).shared and lm.describe()["prefix_cache"] == "shared"
+    with pytest.raises(memrisk.MemriskError, match="prefix_cache"):
+        lm.use_prefix_cache("none")
+    assert lm.prefix_cache == "auto"
+
+
 def reorder_decode(lm: memrisk.LanguageModel, in_place: bool) -> list[torch.Tensor]:
     """Logits along beam reorders, to as many rows, to fewer (leaving slots free) and back to more: in place (each
     parent's first child keeps its slot, the others' columns move) or into a freshly gathered cache, compacted the

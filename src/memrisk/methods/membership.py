@@ -60,7 +60,8 @@ def reference_model(model: ModelConfig, batch_size: int) -> LanguageModel:
     """The reference model, loaded once per process (a Ray worker loads its own on its first chunk)."""
     return load_model(model.name, revision=model.revision, dtype=model.dtype, device=model.device, gguf_file=model.gguf_file,
                       batch_size=batch_size if model.batch_size == "auto" else model.batch_size, attention=model.attention,
-                      compile=model.compile, device_map=model.device_map, matmul=model.matmul)
+                      compile=model.compile, device_map=model.device_map, matmul=model.matmul,
+                      prefix_cache=model.prefix_cache)
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,7 @@ class LanguageModel:
         revision: str | None = None,
         bos_token_id: int | None = None,
         matmul: str = defaults.MATMUL,
+        prefix_cache: str = defaults.PREFIX_CACHE,
     ) -> None:
         if batch_size < 1:
             raise MemriskError(f"batch_size must be >= 1, got {batch_size}")
@@ -126,8 +127,16 @@ class LanguageModel:
         self._replicas: list[LanguageModel] = []
         self._screen = linears.HeadScreen()
         self.use_matmul(matmul)
+        self.use_prefix_cache(prefix_cache)
         if self.device.type == "cpu":
             allocator.keep_freed_memory()
+
+    def use_prefix_cache(self, mode: str) -> None:
+        """How rows that continue one prefix (beams, samples, bank targets) hold its keys and values: "shared" reads
+        them in place, "per_row" copies them into each row's cache, "auto" shares on the CPU only
+        (`shared_prefix.chosen`). The numbers agree to the dtype's rounding either way."""
+        shared_prefix.chosen(mode, self.device)
+        self.prefix_cache = mode
 
     def use_matmul(self, library: str) -> None:
         """Run the linear layers' products on CPU with `library`: "blas" (torch's own, the default) or "onednn"
@@ -164,7 +173,7 @@ class LanguageModel:
             shared = {id(t): t for t in itertools.chain(self.model.parameters(), self.model.buffers())}
             self._replicas.append(LanguageModel(
                 copy.deepcopy(self.model, shared), self.tokenizer, batch_size=self.batch_size, name=self.name,
-                revision=self.revision, bos_token_id=self.bos_token_id, matmul=self.matmul,
+                revision=self.revision, bos_token_id=self.bos_token_id, matmul=self.matmul, prefix_cache=self.prefix_cache,
             ))
         for replica in self._replicas[: count - 1]:
             if replica.matmul != self.matmul:
@@ -290,8 +299,8 @@ class LanguageModel:
 
     def describe(self) -> dict[str, Any]:
         """Provenance of the model for records: name, where its weights were loaded from (a hub id or a folder), revision,
-        commit, dtype, device, attention, size, whether it runs compiled, the CPU matmul library and accelerate's device
-        map when its layers are spread over devices."""
+        commit, dtype, device, attention, size, whether it runs compiled, the CPU matmul library, the prefix cache its
+        searches use and accelerate's device map when its layers are spread over devices."""
         config = self.model.config
         return {
             "name": str(self.name),
@@ -307,6 +316,7 @@ class LanguageModel:
             "bos_token_id": self.bos_token_id,
             "compiled": self.compiled,
             "matmul": self.matmul,
+            "prefix_cache": "shared" if self.shares_prefixes else "per_row",
             "device_map": getattr(self.model, "hf_device_map", None),
         }
 
@@ -378,8 +388,9 @@ class LanguageModel:
 
     @property
     def shares_prefixes(self) -> bool:
-        """Whether many rows can continue one prefix in place (`prefill(..., shared=True)`); else each row copies it."""
-        return shared_prefix.supports(self.model)
+        """Whether many rows continue one prefix in place (`prefill(..., shared=True)`): the model allows it and the
+        `prefix_cache` setting asks for it on this device; else each row copies it."""
+        return shared_prefix.chosen(self.prefix_cache, self.device) == "shared" and shared_prefix.supports(self.model)
 
     @torch.inference_mode()
     def prefill(self, prefixes: Sequence[Sequence[int]], shared: bool = False) -> DecodeState:
@@ -597,6 +608,7 @@ def load_model(
     weights: bool = True,
     local_only: bool = False,
     matmul: str | None = None,
+    prefix_cache: str | None = None,
 ) -> LanguageModel:
     """Load a causal LM from a hub id, a local folder, 'smollm2', or wrap an in-memory model.
 
@@ -610,7 +622,9 @@ def load_model(
     `compile` runs forwards through `torch.compile(dynamic=True)`. `device_map` ("auto",
     "balanced", "sequential", a device) lets accelerate place the layers, e.g. over several GPUs.
     `matmul` picks the CPU library of the linear layers' products ("blas", the default, or "onednn",
-    `LanguageModel.use_matmul`; an existing `LanguageModel` keeps its own unless given).
+    `LanguageModel.use_matmul`; an existing `LanguageModel` keeps its own unless given). `prefix_cache` says how rows
+    after one prefix hold its keys and values ("auto", the default: in place on the CPU, copied per row on a GPU;
+    "shared"; "per_row"; `LanguageModel.use_prefix_cache`; an existing `LanguageModel` keeps its own unless given).
     """
     if not isinstance(model, (str, Path)):
         if device_map is not None:
@@ -623,6 +637,8 @@ def load_model(
             lm = LanguageModel(model, tokenizer, batch_size=batch_size, revision=revision)
         if matmul is not None:
             lm.use_matmul(matmul)
+        if prefix_cache is not None:
+            lm.use_prefix_cache(prefix_cache)
         if compile:
             lm.compile()
         return lm
@@ -660,6 +676,8 @@ def load_model(
     lm = LanguageModel(loaded, tokenizer, batch_size=batch_size, name=name, revision=revision)
     if weights and matmul is not None:
         lm.use_matmul(matmul)
+    if prefix_cache is not None:
+        lm.use_prefix_cache(prefix_cache)
     if compile and weights:
         lm.compile()
     return lm

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from transformers import AttentionInterface
 
+from memrisk.errors import MemriskError
 from memrisk.models import kvcache
 from memrisk.models.columns import ColumnStore
 
@@ -29,6 +30,9 @@ ATTENTION = "memrisk_shared_prefix"
 CACHE_ARGUMENT = "memrisk_shared_cache"
 UNSUPPORTED_CONFIG = ("attn_logit_softcapping", "final_logit_softcapping", "sliding_window_pattern")
 PLAIN_ATTENTION = ("sdpa", "eager", None)
+PREFIX_CACHES = ("auto", "shared", "per_row")
+"""How rows that continue one prefix hold its keys and values: read in place ("shared", this module) or copied into each
+row's own cache ("per_row", transformers' own attention); "auto" is `chosen`'s rule."""
 FREE_SLOTS = 0.25
 """The largest share of a cache's slots that an in-place reorder may leave free (or fill, to grow): past it, the rows'
 columns are gathered into new buffers of their own size, since each free slot still costs its share of the attention's
@@ -375,6 +379,18 @@ def shared_prefix_attention(
 
 
 AttentionInterface.register(ATTENTION, shared_prefix_attention)
+
+
+def chosen(mode: str, device: torch.device) -> str:
+    """The prefix cache a `mode` of `PREFIX_CACHES` runs: "auto" shares prefixes on the CPU, whose decode steps are
+    bound by memory traffic that the shared cache saves (no prefix copied per row, none moved in a beam reorder), and
+    copies them per row elsewhere: on a GPU a small model's steps are bound by kernel launches, and the shared
+    attention's two parts launch more kernels than the fused attention they replace (docs/performance.md, GPU)."""
+    if mode not in PREFIX_CACHES:
+        raise MemriskError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}; got {mode!r}")
+    if mode == "auto":
+        return "shared" if device.type == "cpu" else "per_row"
+    return mode
 
 
 def supports(model: Any) -> bool:
