@@ -306,7 +306,8 @@ def main() -> None:
 
     for library in libraries:
         lm.use_matmul(library)
-        tag = f" [{torch.cuda.get_device_name()}, bfloat16]" if gpu else f" [matmul: {library}]"
+        cache = f"prefix_cache: {lm.describe()['prefix_cache']}"  # auto: per row on a GPU, shared on a CPU
+        tag = f" [{torch.cuda.get_device_name()}, bfloat16, {cache}]" if gpu else f" [matmul: {library}, {cache}]"
 
         def bare() -> None:
             with torch.inference_mode(), linears.running(lm.model, library):
