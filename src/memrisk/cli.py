@@ -65,8 +65,8 @@ def _study(args: argparse.Namespace) -> None:
     from memrisk.study import cost_estimate_lines, dry_run_lines, load_study, run_study
 
     out = Path(args.out) if args.out else Path("studies-out") / Path(args.study).stem
-    models = study_models(args.study)
     overrides = dict(args.set)
+    models = study_models(args.study)
     if args.dry_run:
         _, cells = load_study(args.study, models.prepare, overrides)
         print(f"{len(cells)} cells into {out}/:")
