@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import typing
 
 import pytest
 from hypothesis import given
@@ -27,6 +28,7 @@ from memrisk.config import (
     validated,
 )
 from memrisk.errors import MemriskError
+from memrisk.models import linears, shared_prefix
 
 BASE = {"model": {"name": "m"}, "datasets": [{"name": "d", "documents": ["x"]}]}
 SETTINGS_CLASSES = (ModelConfig, DatasetConfig, WindowConfig, PolicyConfig, CBSConfig, PriorAwareConfig, RayConfig, ExperimentConfig)
@@ -51,6 +53,14 @@ def test_a_minimal_config_gets_the_documented_defaults():
     assert (config.cbs.beam_width, config.cbs.prune, config.cbs.epsilon, config.cbs.anchor) == (20, "levenshtein", 5, True)
     assert (config.tau_min, config.shard_size, config.model.batch_size) == (1e-3, 64, 8)
     assert config.prior_aware.n == "calibrate" and config.prior_aware.m is None
+
+
+def test_the_model_settings_offer_exactly_the_values_their_owners_accept():
+    """`matmul` and `prefix_cache` are listed twice, as the config's choices (the config layer does not import the models
+    layer) and as the tuples their owners check: the two lists may not drift apart."""
+    fields = ModelConfig.model_fields
+    assert typing.get_args(fields["matmul"].annotation) == linears.MATMUL_LIBRARIES
+    assert typing.get_args(fields["prefix_cache"].annotation) == shared_prefix.PREFIX_CACHES
 
 
 def test_defaults_text_lists_the_result_changing_defaults_exactly():
