@@ -10,6 +10,8 @@ import torch
 
 import memrisk
 from memrisk import DecodingPolicy, MemriskError
+from tests.conftest import TINY_HIDDEN
+from tests.numerics import assert_close, reorder_tolerance
 from tests.unit.test_decoding import reference_log_probs
 
 POLICIES = [DecodingPolicy(), DecodingPolicy(top_k=3), DecodingPolicy(temperature=0.6, top_k=5), DecodingPolicy(top_p=0.7)]
@@ -37,7 +39,7 @@ def test_log_p_equals_sum_of_independent_per_step_log_probs(tiny_model) -> None:
             if math.isinf(want):
                 assert got[i, j] == -math.inf
             else:
-                assert got[i, j] == pytest.approx(want, abs=1e-4)
+                assert_close(float(got[i, j]), want, reorder_tolerance(len(suffix), 8, TINY_HIDDEN))  # another layout
 
 
 def test_top_k_probabilities_sum_to_one_over_all_continuations(tiny_model) -> None:
@@ -72,7 +74,7 @@ def test_ragged_batches_match_one_at_a_time(tiny_model) -> None:
     prefixes, suffixes = [[1], [2, 3, 4, 5, 6], [7, 7]], [[1, 2, 3], [4], [5, 6]]
     batched = memrisk.verbatim_logprob(memrisk.load_model(tiny_model, batch_size=3), prefixes, suffixes, POLICIES)
     single = np.vstack([memrisk.verbatim_logprob(tiny_model, [p], [s], POLICIES) for p, s in zip(prefixes, suffixes)])
-    np.testing.assert_allclose(batched, single, atol=1e-5)
+    assert_close(batched.tolist(), single.tolist(), reorder_tolerance(3, 8, TINY_HIDDEN))  # rows batched otherwise
 
 
 def test_greedy_extraction_agrees_with_generate_and_teacher_forcing(tiny_model) -> None:
