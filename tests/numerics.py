@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 UNIT_ROUNDOFF = 2.0**-24
 
 
@@ -25,7 +27,9 @@ def reorder_tolerance(positions: int, vocabulary: int, hidden: int) -> float:
 
 
 def assert_close(got: Any, want: Any, tolerance: float, where: str = "") -> None:
-    """Floats within `tolerance` relative to max(1, |want|), everything else equal, recursively."""
+    """Floats within `tolerance` relative to max(1, |want|), everything else equal, recursively; NumPy arrays and
+    scalars compare as the lists and Python numbers they hold."""
+    got, want = (x.tolist() if isinstance(x, (np.ndarray, np.generic)) else x for x in (got, want))
     if isinstance(want, float) and isinstance(got, float):
         scale = max(1.0, abs(want)) if math.isfinite(want) else 1.0
         assert got == want or abs(got - want) <= tolerance * scale, (where, got, want)

@@ -22,17 +22,16 @@ def word_lm(**options) -> memrisk.LanguageModel:
     return memrisk.load_model(tiny_gpt2(vocab_size=len(tokenizer), seed=1, n_positions=256, layers=1), tokenizer, batch_size=4, **options)
 
 
-def reordered() -> float:
-    """The compiled graph fuses and sums in other orders: the float32 reordering bound of tests/numerics.py over the
-    longest suffix, the vocabulary and the hidden size."""
-    return reorder_tolerance(max(len(s.split()) for s in SUFFIXES), len(word_tokenizer()), TINY_HIDDEN)
+REORDERED = reorder_tolerance(max(len(s.split()) for s in SUFFIXES), len(word_tokenizer()), TINY_HIDDEN)
+"""The compiled graph fuses and sums in other orders: the float32 reordering bound of tests/numerics.py over the
+longest suffix, the vocabulary and the hidden size."""
 
 
 def assert_same_scores(got: memrisk.VerbatimScores, want: memrisk.VerbatimScores) -> None:
     """Same log-probabilities (to float32 reordering, −inf where the reference has −inf) and the same ranks."""
     np.testing.assert_array_equal(got.ranks, want.ranks)
-    assert_close(got.token_log_probs.tolist(), want.token_log_probs.tolist(), reordered())
-    assert_close(got.log_p.tolist(), want.log_p.tolist(), reordered())
+    assert_close(got.token_log_probs, want.token_log_probs, REORDERED)
+    assert_close(got.log_p, want.log_p, REORDERED)
 
 
 @pytest.mark.slow
@@ -47,10 +46,10 @@ def test_compiled_model_scores_and_searches_like_the_plain_one() -> None:
     options = {"beam_width": 4, "epsilon": 2, "prune": "hamming", "batch_size": 4}
     searched = memrisk.cbs(compiled, PREFIXES, SUFFIXES, POLICIES[1], **options)
     for got, ref in zip(searched, memrisk.cbs(plain, PREFIXES, SUFFIXES, POLICIES[1], **options)):
-        assert got.upper_bound() == pytest.approx(ref.upper_bound(), abs=reordered())
-        assert got.lower_bound("hamming") == pytest.approx(ref.lower_bound("hamming"), abs=reordered())
+        assert got.upper_bound() == pytest.approx(ref.upper_bound(), abs=REORDERED)
+        assert got.lower_bound("hamming") == pytest.approx(ref.lower_bound("hamming"), abs=REORDERED)
         assert [c.tokens for c in got.candidates] == [c.tokens for c in ref.candidates]
-        assert_close([c.log_p for c in got.candidates], [c.log_p for c in ref.candidates], reordered())
+        assert_close([c.log_p for c in got.candidates], [c.log_p for c in ref.candidates], REORDERED)
         assert got.token_evals == ref.token_evals
 
 

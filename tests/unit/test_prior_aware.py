@@ -35,7 +35,7 @@ def test_bank_scores_equal_teacher_forcing_of_each_pair(tiny, policy: DecodingPo
     want = memrisk.verbatim_logprob(tiny, [q for q, _ in pairs], [s for _, s in pairs], policy)[:, 0].reshape(len(suffixes), len(bank))
     assert np.array_equal(np.isneginf(got), np.isneginf(want))
     finite = np.isfinite(want)
-    assert_close(got[finite].tolist(), want[finite].tolist(), reorder_tolerance(5, 6, TINY_HIDDEN))  # rows batched otherwise
+    assert_close(got[finite], want[finite], reorder_tolerance(5, 6, TINY_HIDDEN))  # rows batched otherwise
 
 
 def test_prior_estimate_is_unbiased_with_variance_below_one_over_4c(word_model) -> None:
