@@ -53,6 +53,32 @@ def test_compiled_model_scores_and_searches_like_the_plain_one() -> None:
         assert got.token_evals == ref.token_evals
 
 
+@pytest.mark.slow
+def test_a_deep_model_compiles_each_kind_of_part_once_for_all_its_layers() -> None:
+    """Twelve layers, past torch.compile's recompile limit of 8: compiled whole, each attention layer traced apart (its
+    `layer_idx` a constant) and the layers after the eighth ran uncompiled; by region every layer shares the graphs."""
+    from torch._dynamo.utils import counters
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer, layers = word_tokenizer(), 12
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=TINY_HIDDEN, intermediate_size=2 * TINY_HIDDEN,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(config).eval()
+    plain = memrisk.load_model(model, tokenizer, batch_size=4)
+    compiled = memrisk.load_model(model, tokenizer, batch_size=4, compile=True)
+    graphs_before = counters["stats"]["unique_graphs"]
+    assert_same_scores(memrisk.verbatim_scores(compiled, PREFIXES, SUFFIXES, POLICIES),
+                       memrisk.verbatim_scores(plain, PREFIXES, SUFFIXES, POLICIES))
+    options = {"beam_width": 4, "epsilon": 2, "prune": "hamming", "batch_size": 4}
+    for got, ref in zip(memrisk.cbs(compiled, PREFIXES, SUFFIXES, POLICIES[1], **options),
+                        memrisk.cbs(plain, PREFIXES, SUFFIXES, POLICIES[1], **options)):
+        assert [c.tokens for c in got.candidates] == [c.tokens for c in ref.candidates]
+        assert got.upper_bound() == pytest.approx(ref.upper_bound(), abs=REORDERED)
+    graphs = counters["stats"]["unique_graphs"] - graphs_before
+    assert 0 < graphs < layers / 2, graphs
+
+
 def test_compile_leaves_the_wrapped_model_alone(tiny_model) -> None:
     lm = memrisk.load_model(tiny_model, compile=True)
     assert lm.model is tiny_model and lm.compiled

@@ -23,7 +23,7 @@ import torch
 
 from memrisk import defaults
 from memrisk.errors import MemriskError, first_line
-from memrisk.models import allocator, gguf, kvcache, linears, shared_prefix
+from memrisk.models import allocator, gguf, kvcache, linears, regions, shared_prefix
 from memrisk.models.shared_prefix import SharedPrefixCache
 
 SMOLLM2_ALIAS = "smollm2"
@@ -154,16 +154,16 @@ class LanguageModel:
         self.matmul = library
 
     def compile(self) -> None:
-        """Run forwards through `torch.compile(dynamic=True)` (new lengths do not recompile).
+        """Run forwards through a copy of the model whose layers' norms and MLPs are compiled with
+        `torch.compile(dynamic=True)`, one graph for all layers (`regions`; new lengths do not recompile).
 
-        Writes into memrisk's KV caches and the shared-prefix attention stay outside the compiled
-        graphs (they index by lengths that change every step). The wrapped model itself is not changed. Not with
-        `matmul: onednn` (`COMPILED_ONEDNN`).
+        The attention, with memrisk's KV cache writes and shared-prefix attention, stays eager (it indexes by lengths
+        that change every step). The wrapped model itself is not changed. Not with `matmul: onednn` (`COMPILED_ONEDNN`).
         """
         if self.matmul == "onednn":
             raise MemriskError(COMPILED_ONEDNN)
         if self._compiled is None:
-            self._compiled = torch.compile(self.model, dynamic=True)
+            self._compiled = regions.compiled_regions(self.model)
 
     def replicas(self, count: int) -> list[LanguageModel]:
         """This model and `count` − 1 copies of it for work run side by side (`models.shares`): the copies share its
@@ -619,7 +619,7 @@ def load_model(
     `model` may also be a `transformers.PreTrainedModel` (with an optional tokenizer) or an
     existing `LanguageModel`, which is returned as is (compiled when asked). `attention` picks the
     attention kernel ("sdpa", "eager", "flash_attention_2"; default: the library's choice).
-    `compile` runs forwards through `torch.compile(dynamic=True)`. `device_map` ("auto",
+    `compile` runs the layers' norms and MLPs through `torch.compile(dynamic=True)` (`regions`). `device_map` ("auto",
     "balanced", "sequential", a device) lets accelerate place the layers, e.g. over several GPUs.
     `matmul` picks the CPU library of the linear layers' products ("blas", the default, or "onednn",
     `LanguageModel.use_matmul`; an existing `LanguageModel` keeps its own unless given). `prefix_cache` says how rows

@@ -35,7 +35,6 @@ class SpareColumnsLayer(DynamicLayer):
         self._key_buffer, self._value_buffer = key_buffer, value_buffer
         self.keys, self.values = key_buffer[..., :length, :], value_buffer[..., :length, :]
 
-    @torch.compiler.disable
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new key/value columns in place (growing the buffers when the spare runs out)."""
         length, added = self.keys.shape[-2], key_states.shape[-2]
