@@ -79,6 +79,13 @@ def test_a_deep_model_compiles_each_kind_of_part_once_for_all_its_layers() -> No
     assert 0 < graphs < layers / 2, graphs
 
 
+def test_a_model_without_a_list_of_layers_is_refused_by_name() -> None:
+    from memrisk.models.regions import compiled_regions
+
+    with pytest.raises(MemriskError, match="compile: true .* Linear has no list of layers; load it without compile$"):
+        compiled_regions(torch.nn.Linear(2, 2))
+
+
 def test_compile_leaves_the_wrapped_model_alone(tiny_model) -> None:
     lm = memrisk.load_model(tiny_model, compile=True)
     assert lm.model is tiny_model and lm.compiled
