@@ -1,6 +1,6 @@
 """`compile: true` on SmolLM2-135M: the first and later teacher forcing and CBS, compiled against eager.
 
-    python benchmarks/compile.py [--windows 8] [--rounds 3] [--whole]
+    python benchmarks/compile.py [--windows 8] [--rounds 3] [--whole] [--device cpu|cuda]
 
 Each mode runs in its own process with an empty torch.compile cache (a new machine has none): eager, memrisk's
 `compile: true` (the layers' norms and MLPs compiled by region, `memrisk/models/regions.py`) and, with `--whole`, the
@@ -26,14 +26,14 @@ import torch
 MODES = ("eager", "regions", "whole")
 
 
-def run_mode(mode: str, windows: int, rounds: int) -> dict:
+def run_mode(mode: str, windows: int, rounds: int, device: str) -> dict:
     """Time `rounds` rounds of one mode in this process; return the times, log p and CBS upper bounds."""
     from teacher_forcing import make_windows
 
     import memrisk
     from memrisk import DecodingPolicy
 
-    lm = memrisk.load_model("smollm2", batch_size=windows, compile=mode == "regions")
+    lm = memrisk.load_model("smollm2", batch_size=windows, device=device, compile=mode == "regions")
     if mode == "whole":
         lm._compiled = torch.compile(lm.model, dynamic=True)
     prefixes, suffixes = make_windows(lm, windows)
@@ -50,11 +50,12 @@ def run_mode(mode: str, windows: int, rounds: int) -> dict:
             "upper": [s.upper_bound() for s in searched]}
 
 
-def in_process(mode: str, windows: int, rounds: int) -> dict:
+def in_process(mode: str, windows: int, rounds: int, device: str) -> dict:
     """`run_mode` in a fresh Python with its own empty compile cache."""
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-        command = [sys.executable, __file__, "--child", mode, "--windows", str(windows), "--rounds", str(rounds)]
+        command = [sys.executable, __file__, "--child", mode, "--windows", str(windows), "--rounds", str(rounds),
+                   "--device", device]
         out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -64,13 +65,15 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8, help="50 + 50 token windows, one batch (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per mode, the first one compiling (default 3)")
     parser.add_argument("--whole", action="store_true", help="also time the whole model compiled (minutes)")
+    parser.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_mode(args.child, args.windows, args.rounds)))
+        print(json.dumps(run_mode(args.child, args.windows, args.rounds, args.device)))
         return
-    print(f"SmolLM2-135M, {args.windows} windows, {torch.get_num_threads()} threads, {args.rounds} rounds a mode")
-    results = {mode: in_process(mode, args.windows, args.rounds) for mode in MODES if mode != "whole" or args.whole}
+    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {torch.get_num_threads()} threads"
+    print(f"SmolLM2-135M on {where}, {args.windows} windows, {args.rounds} rounds a mode")
+    results = {mode: in_process(mode, args.windows, args.rounds, args.device) for mode in MODES if mode != "whole" or args.whole}
     eager = results["eager"]
     best = [min(t[i] for t in eager["times"][1:] or eager["times"]) for i in (0, 1)]
     for mode, result in results.items():
