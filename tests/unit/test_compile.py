@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -27,6 +29,15 @@ REORDERED = reorder_tolerance(max(len(s.split()) for s in SUFFIXES), len(word_to
 longest suffix, the vocabulary and the hidden size."""
 
 
+SEARCH = {"beam_width": 4, "epsilon": 2, "prune": "hamming", "batch_size": 4}
+"""A Hamming CBS small enough to compile and search in seconds."""
+
+
+def searches(compiled: memrisk.LanguageModel, plain: memrisk.LanguageModel) -> list[tuple[Any, Any]]:
+    """The compiled and the plain model's CBS results (`SEARCH`, top-k policy) for each window, in pairs."""
+    return list(zip(*(memrisk.cbs(lm, PREFIXES, SUFFIXES, POLICIES[1], **SEARCH) for lm in (compiled, plain))))
+
+
 def assert_same_scores(got: memrisk.VerbatimScores, want: memrisk.VerbatimScores) -> None:
     """Same log-probabilities (to float32 reordering, −inf where the reference has −inf) and the same ranks."""
     np.testing.assert_array_equal(got.ranks, want.ranks)
@@ -43,9 +54,7 @@ def test_compiled_model_scores_and_searches_like_the_plain_one() -> None:
     want = memrisk.verbatim_scores(plain, PREFIXES, SUFFIXES, POLICIES)
     assert np.isfinite(want.log_p[:, 0]).all() and np.isneginf(want.log_p).any()
     assert_same_scores(memrisk.verbatim_scores(compiled, PREFIXES, SUFFIXES, POLICIES), want)
-    options = {"beam_width": 4, "epsilon": 2, "prune": "hamming", "batch_size": 4}
-    searched = memrisk.cbs(compiled, PREFIXES, SUFFIXES, POLICIES[1], **options)
-    for got, ref in zip(searched, memrisk.cbs(plain, PREFIXES, SUFFIXES, POLICIES[1], **options)):
+    for got, ref in searches(compiled, plain):
         assert got.upper_bound() == pytest.approx(ref.upper_bound(), abs=REORDERED)
         assert got.lower_bound("hamming") == pytest.approx(ref.lower_bound("hamming"), abs=REORDERED)
         assert [c.tokens for c in got.candidates] == [c.tokens for c in ref.candidates]
@@ -70,9 +79,7 @@ def test_a_deep_model_compiles_each_kind_of_part_once_for_all_its_layers() -> No
     graphs_before = counters["stats"]["unique_graphs"]
     assert_same_scores(memrisk.verbatim_scores(compiled, PREFIXES, SUFFIXES, POLICIES),
                        memrisk.verbatim_scores(plain, PREFIXES, SUFFIXES, POLICIES))
-    options = {"beam_width": 4, "epsilon": 2, "prune": "hamming", "batch_size": 4}
-    for got, ref in zip(memrisk.cbs(compiled, PREFIXES, SUFFIXES, POLICIES[1], **options),
-                        memrisk.cbs(plain, PREFIXES, SUFFIXES, POLICIES[1], **options)):
+    for got, ref in searches(compiled, plain):
         assert [c.tokens for c in got.candidates] == [c.tokens for c in ref.candidates]
         assert got.upper_bound() == pytest.approx(ref.upper_bound(), abs=REORDERED)
     graphs = counters["stats"]["unique_graphs"] - graphs_before
