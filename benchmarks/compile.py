@@ -7,7 +7,9 @@ Each mode runs in its own process with an empty torch.compile cache (a new machi
 whole model wrapped in `torch.compile(dynamic=True)`, as memrisk did before (minutes: each layer's attention compiles
 apart, docs/performance.md, "Regional compilation"). A round is teacher forcing with two policies, then a Levenshtein
 CBS (B = 20, ε = 5, top-40) on the same windows; the first round pays the compilation. The compiled modes' log p and
-CBS upper bounds are printed as their largest distance from eager's.
+CBS upper bounds are printed as their largest distance from eager's, and each mode's peak memory in its later rounds
+(the first also holds the compiler's) next to weights + KV cache + logits and to what `batch_size: auto` budgets
+(`measure.memory_line`).
 """
 
 from __future__ import annotations
@@ -18,16 +20,17 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
 
 MODES = ("eager", "regions", "whole")
+BEAMS = 20
 
 
 def run_mode(mode: str, windows: int, rounds: int, device: str) -> dict:
-    """Time `rounds` rounds of one mode in this process; return the times, log p and CBS upper bounds."""
+    """Time `rounds` rounds of one mode in this process; return the times, log p, CBS upper bounds and memory lines."""
+    from measure import measured, memory_line
     from teacher_forcing import make_windows
 
     import memrisk
@@ -38,16 +41,19 @@ def run_mode(mode: str, windows: int, rounds: int, device: str) -> dict:
         lm._compiled = torch.compile(lm.model, dynamic=True)
     prefixes, suffixes = make_windows(lm, windows)
     policies = [DecodingPolicy(), DecodingPolicy(top_k=40)]
-    times = []
+    times, peaks = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
-        scores = memrisk.verbatim_scores(lm, prefixes, suffixes, policies)
-        middle = time.perf_counter()
-        searched = memrisk.cbs(lm, prefixes, suffixes, policies[1], beam_width=20, epsilon=5, prune="levenshtein",
-                               batch_size=windows)
-        times.append((middle - start, time.perf_counter() - middle))
+        scores, forced_s, forced_peak = measured(lambda: memrisk.verbatim_scores(lm, prefixes, suffixes, policies))
+        searched, search_s, search_peak = measured(lambda: memrisk.cbs(
+            lm, prefixes, suffixes, policies[1], beam_width=BEAMS, epsilon=5, prune="levenshtein", batch_size=windows))
+        times.append((forced_s, search_s))
+        peaks.append((forced_peak, search_peak))
+    steady = peaks[1:] or peaks
+    tokens, scored = max(len(p) + len(s) for p, s in zip(prefixes, suffixes)), max(len(s) for s in suffixes)
+    memory = (f"teacher forcing {memory_line(lm, max(p[0] for p in steady), windows, tokens, scored)}; "
+              f"CBS {memory_line(lm, max(p[1] for p in steady), windows * (BEAMS + 1), tokens, 1)}")
     return {"times": times, "log_p": np.nan_to_num(scores.log_p, neginf=-1e30).tolist(),
-            "upper": [s.upper_bound() for s in searched]}
+            "upper": [s.upper_bound() for s in searched], "memory": memory}
 
 
 def in_process(mode: str, windows: int, rounds: int, device: str) -> dict:
@@ -87,6 +93,7 @@ def main() -> None:
             upper = np.abs(np.subtract(result["upper"], eager["upper"])).max()
             line += f"; |log p - eager| <= {log_p:.1e}, |upper bound - eager| <= {upper:.1e}"
         print(line)
+        print(f"{'':8s} memory{' (first round)' if not later else ''}: {result['memory']}")
 
 
 if __name__ == "__main__":
