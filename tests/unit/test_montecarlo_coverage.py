@@ -19,7 +19,7 @@ from scipy import stats
 import memrisk
 from memrisk import DecodingPolicy
 from tests.conftest import TINY_HIDDEN, tiny_gpt2
-from tests.numerics import reorder_tolerance
+from tests.numerics import MOVED_DRAWS, reorder_tolerance
 from tests.unit.test_cbs import exact_masses
 
 VOCAB, T, WINDOWS, SAMPLES, EPSILON, SEED = 8, 3, 240, 256, 2, 11
@@ -149,7 +149,8 @@ def test_estimates_at_eps_0_converge_to_teacher_forcing_like_one_over_root_n(lm,
 
 
 def test_nested_budgets_come_from_one_stream(lm, windows) -> None:
-    """The first n samples of a budget of 300 are those of a budget of n, however the samples are batched."""
+    """The first n samples of a budget of 300 are those of a budget of n, however the samples are batched: the same
+    draws, whose tokens another batching's float32 rounding may move at a token boundary (tests/numerics.py)."""
     prefixes, suffixes, policy = windows.prefixes[:6], windows.suffixes[:6], POLICIES["topk3"]
     nested = [1, 2, 7, 64]
     large = memrisk.monte_carlo(lm, prefixes, suffixes, policy, samples=300, distance="levenshtein", epsilon=EPSILON,
@@ -158,7 +159,7 @@ def test_nested_budgets_come_from_one_stream(lm, windows) -> None:
         small = memrisk.monte_carlo(lm, prefixes, suffixes, policy, samples=n, distance="levenshtein", epsilon=EPSILON,
                                     seed=SEED, max_rows=5)
         for a, b in zip(small, large):
-            assert np.array_equal(a.estimate, b.curve_estimate[k])
+            assert np.abs(np.rint((a.estimate - b.curve_estimate[k]) * n)).max() <= MOVED_DRAWS
     for result in large:
         hits = result.curve_estimate * result.curve_samples[:, None]
         assert (np.diff(hits, axis=0) >= 0).all() and (np.diff(hits, axis=0) <= np.diff(result.curve_samples)[:, None]).all()

@@ -3,9 +3,11 @@
 M i.i.d. T-token samples per example under the decoding policy; p̂_{z,ε} = hits / M is unbiased.
 Each prefix is evaluated once and its KV cache expanded across every batch of samples (App. C.3,
 eq. 23). Each example and replicate draws from its own random stream (a function of the seed, the
-example's index and the replicate), sample j taking the stream's draws j·T … j·T + T − 1: results
+example's index and the replicate), sample j taking the stream's draws j·T … j·T + T − 1: the draws
 depend neither on how examples and samples are batched, and the first n of M samples are those of
-a budget of n.
+a budget of n. Each draw inverts the policy's float32 CDF, which another batch layout or thread count
+may round differently: a draw that lands within that rounding of a token boundary then picks the
+neighbouring token (about 1e-5 a token on the tests' tiny models, tests/unit/test_cbs.py).
 """
 
 from __future__ import annotations
