@@ -61,7 +61,7 @@ def test_deterministic_for_a_seed_and_independent_of_batching(model, target) -> 
         assert np.array_equal(x.curve_estimate, y.curve_estimate)
     for max_rows in (64, 600):  # batches that split a window's samples and hold both windows', or hold all of both
         assert max(moved_hits(x, y) for x, y in zip(a, sampled(7, max_rows))) <= MOVED_DRAWS
-    assert any(not np.array_equal(x.hits, z.hits) for x, z in zip(a, sampled(8, 300)))
+    assert max(moved_hits(x, z) for x, z in zip(a, sampled(8, 300))) > MOVED_DRAWS  # another seed: past the allowance
 
 
 def test_token_evaluations(model, target) -> None:
