@@ -7,12 +7,10 @@ Full-vocabulary logits stay on the model's device; callers post-process them the
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 import importlib.util
 import inspect
-import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -170,9 +168,8 @@ class LanguageModel:
         weights and buffers, and have their own modules and config, so one copy's per-forward switches (the attention
         kernel, the sliced output head) never reach a forward of another. Made once and kept."""
         while len(self._replicas) < count - 1:
-            shared = {id(t): t for t in itertools.chain(self.model.parameters(), self.model.buffers())}
             self._replicas.append(LanguageModel(
-                copy.deepcopy(self.model, shared), self.tokenizer, batch_size=self.batch_size, name=self.name,
+                regions.sharing_copy(self.model), self.tokenizer, batch_size=self.batch_size, name=self.name,
                 revision=self.revision, bos_token_id=self.bos_token_id, matmul=self.matmul, prefix_cache=self.prefix_cache,
             ))
         for replica in self._replicas[: count - 1]:

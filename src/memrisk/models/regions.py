@@ -19,14 +19,21 @@ def compiled_regions(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` that shares its weights, buffers and configs, with every part of its layer stack that holds
     no `layer_idx` (norms, MLPs) compiled with `torch.compile(dynamic=True)`. `model` itself is not changed; the shared
     configs let per-forward switches set on it (the attention kernel) reach the copy."""
-    shared: dict[int, object] = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
-    shared.update({id(m.config): m.config for m in model.modules() if getattr(m, "config", None) is not None})
-    regions = copy.deepcopy(model, shared)
+    regions = sharing_copy(model, configs=True)
     for layer in layer_stack(regions):
         for part in layer.children():
             if not any(hasattr(module, "layer_idx") for module in part.modules()):
                 part.compile(dynamic=True)
     return regions
+
+
+def sharing_copy(model: torch.nn.Module, *, configs: bool = False) -> torch.nn.Module:
+    """A deep copy of `model` whose parameters and buffers are `model`'s own tensors (no weight is copied), and with
+    `configs` its config objects too; its modules are its own (`compiled_regions`, `LanguageModel.replicas`)."""
+    shared: dict[int, object] = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    if configs:
+        shared.update({id(m.config): m.config for m in model.modules() if getattr(m, "config", None) is not None})
+    return copy.deepcopy(model, shared)
 
 
 def layer_stack(model: torch.nn.Module) -> torch.nn.ModuleList:
