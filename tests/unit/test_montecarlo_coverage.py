@@ -150,7 +150,9 @@ def test_estimates_at_eps_0_converge_to_teacher_forcing_like_one_over_root_n(lm,
 
 def test_nested_budgets_come_from_one_stream(lm, windows) -> None:
     """The first n samples of a budget of 300 are those of a budget of n, however the samples are batched: the same
-    draws, whose tokens another batching's float32 rounding may move at a token boundary (tests/numerics.py)."""
+    draws, whose tokens another batching's float32 rounding may move at a token boundary (tests/numerics.py). A moved
+    draw moves its window's hits by at most one at each ε, so the windows' largest moves add up to at most the moved
+    draws, which keeps the allowance below what n = 1 and 2 could move (one and two hits in each of six windows)."""
     prefixes, suffixes, policy = windows.prefixes[:6], windows.suffixes[:6], POLICIES["topk3"]
     nested = [1, 2, 7, 64]
     large = memrisk.monte_carlo(lm, prefixes, suffixes, policy, samples=300, distance="levenshtein", epsilon=EPSILON,
@@ -158,8 +160,8 @@ def test_nested_budgets_come_from_one_stream(lm, windows) -> None:
     for k, n in enumerate(nested):
         small = memrisk.monte_carlo(lm, prefixes, suffixes, policy, samples=n, distance="levenshtein", epsilon=EPSILON,
                                     seed=SEED, max_rows=5)
-        for a, b in zip(small, large):
-            assert np.abs(np.rint((a.estimate - b.curve_estimate[k]) * n)).max() <= MOVED_DRAWS
+        moved = [np.abs(np.rint((a.estimate - b.curve_estimate[k]) * n)).max() for a, b in zip(small, large)]
+        assert sum(moved) <= MOVED_DRAWS, (n, moved)
     for result in large:
         hits = result.curve_estimate * result.curve_samples[:, None]
         assert (np.diff(hits, axis=0) >= 0).all() and (np.diff(hits, axis=0) <= np.diff(result.curve_samples)[:, None]).all()
