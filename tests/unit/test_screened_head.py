@@ -156,6 +156,14 @@ def test_the_error_bound_covers_blas_against_onednn() -> None:
     assert torch.allclose(bound.error(rows, head.weight), 10 * error, rtol=1e-6)
 
 
+def test_the_largest_row_norm_taken_in_blocks_is_the_whole_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each row's norm is summed within the row, so blocks of rows (a partial one last) give the same float64 bits."""
+    weight = torch.randn(1000, 576, generator=torch.Generator().manual_seed(5))
+    weight[777] *= 3  # the largest row, inside the fourth block
+    monkeypatch.setattr(linears, "NORM_BLOCK_ROWS", 256)
+    assert linears.largest_row_norm(weight) == float(weight.double().norm(dim=1).max())
+
+
 def test_the_screen_is_off_where_a_partial_product_would_change_blas_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     _, sliced, _ = heads()
     exact = linears.HeadScreen()
