@@ -61,15 +61,36 @@ def measured(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float, int]:
     return out, min(times), max(0, after - before)
 
 
-def memory_line(lm: memrisk.LanguageModel, peak: int, rows: int, tokens: int, scored: int) -> str:
+def touch_weights(lm: memrisk.LanguageModel) -> None:
+    """Read every parameter once: weights mapped from the cache's files become resident only when first read, which
+    would put them in the first measured run's peak as well as in `memory_line`'s weights."""
+    with torch.no_grad():
+        for parameter in lm.model.parameters():
+            parameter.sum()
+
+
+def weight_bytes(lm: memrisk.LanguageModel) -> int:
+    """Bytes of the model's parameters."""
+    return sum(p.numel() * p.element_size() for p in lm.model.parameters())
+
+
+def direct_bytes(lm: memrisk.LanguageModel, rows: int, tokens: int, scored: int) -> int:
+    """Weights + KV cache of `rows` rows of `tokens` tokens + float32 logits of `scored` positions per row."""
+    shape = lm.shape
+    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * shape.dtype_bytes
+    return weight_bytes(lm) + rows * tokens * kv_per_token + rows * scored * shape.vocab_size * 4
+
+
+def memory_line(lm: memrisk.LanguageModel, peak: int, rows: int, tokens: int, scored: int, *,
+                loaded_inside: bool = False) -> str:
     """`peak` (from `measured`) plus the weights, against weights + KV cache of `rows` rows of `tokens` tokens + float32
     logits of `scored` positions per row (the goal: at most 1.5x), and the bytes `batch_size: auto` budgets for those
-    rows (`memory.sequence_bytes`, the weights added)."""
+    rows (`memory.sequence_bytes`, the weights added). With `loaded_inside` the measured call loaded the model itself,
+    so its peak already holds the weights."""
     shape = lm.shape
-    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
-    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * shape.dtype_bytes
-    direct = weights + rows * tokens * kv_per_token + rows * scored * shape.vocab_size * 4
+    weights = weight_bytes(lm)
+    direct = direct_bytes(lm, rows, tokens, scored)
     budget = rows * memory.sequence_bytes(**dataclasses.asdict(shape), sequence_length=tokens, scored_positions=scored)
-    held = peak + weights + linears.PACKED.bytes()
+    held = peak if loaded_inside else peak + weights + linears.PACKED.bytes()
     return (f"peak {held / 2**20:,.0f} MiB = {held / direct:.2f}x weights+KV+logits "
             f"({direct / 2**20:,.0f} MiB); auto budget {(budget + weights) / 2**20:,.0f} MiB")
